@@ -1,0 +1,6 @@
+"""Benchmarks: every step of the platform measured against its ceiling, in one run.
+
+``python -m benchmarks`` (``make bench``) generates its own data, runs each benchmark
+side by side with its baselines, and writes ``benchmarks/results/`` (results.md,
+results.json, plots). See the README's "Performance" section and ``--help``.
+"""

@@ -1,0 +1,76 @@
+"""Parse time of DAG files with Airflow's own DagBag; run in the stack's environment.
+
+    python -m benchmarks.parse_dags --repeats 5 dags/ml_nightly_retrain.py ...
+
+Prints ``{"<file>": {"cold": [s, ...], "warm": [s, ...]}}`` as JSON on its last line.
+
+- **cold**: like Airflow 3's DAG processor, which parses each file in a child forked from a
+  process that has imported Airflow and, before forking, the ``airflow.*`` modules the
+  file imports (``[dag_processor] parsing_pre_import_modules``, on by default): the
+  child pays for the file's other imports (``ml_platform``, the plugins) and its code.
+- **warm**: the file parsed again in a process that has parsed it before (the DAG
+  integrity test's figure): only the file's own code runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+
+def _parse(dag_file: str) -> float:
+    from airflow.dag_processing.dagbag import DagBag
+
+    started = time.perf_counter()
+    bag = DagBag(dag_folder=dag_file)
+    seconds = time.perf_counter() - started
+    if bag.import_errors or not bag.dag_ids:
+        raise RuntimeError(f"{dag_file}: no DAG or import errors {bag.import_errors}")
+    return seconds
+
+
+def cold_seconds(dag_file: str) -> float:
+    """Parse ``dag_file`` in a forked child; its time, or the child's error."""
+    import importlib
+
+    from airflow.utils.file import iter_airflow_imports
+
+    for module in iter_airflow_imports(dag_file):  # what the DAG processor pre-imports
+        importlib.import_module(module)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: parse, report, leave without running any exit handlers
+        os.close(read_end)
+        try:
+            message = {"seconds": _parse(dag_file)}
+        except Exception as err:  # handed to the parent, which raises it
+            message = {"error": str(err)}
+        os.write(write_end, json.dumps(message).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        message = json.loads(pipe.read() or '{"error": "the child died"}')
+    os.waitpid(pid, 0)
+    if "error" in message:
+        raise RuntimeError(message["error"])
+    return message["seconds"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("dag_files", nargs="+")
+    args = parser.parse_args()
+    from airflow.dag_processing.dagbag import DagBag  # noqa: F401  (the processor's parent has it)
+
+    times = {f: {"cold": [cold_seconds(f) for _ in range(args.repeats)]} for f in args.dag_files}
+    for f in args.dag_files:
+        _parse(f)
+        times[f]["warm"] = [_parse(f) for _ in range(args.repeats)]
+    print(json.dumps(times))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Training: samples/s of the Horovod job (2 ranks) vs. a single-process torch loop.
+
+- **Horovod job**: ``spark-submit spark_jobs/entrypoints/train.py --backend horovod
+  --num-ranks 2`` on local[2], each rank on 1 torch thread; samples/s is the job's own
+  figure (all ranks' samples over the training loop's time, from the manifest).
+- **TorchDistributor job**: the same with ``--backend torch_distributor``.
+- **single process**: the job's own per-rank loop (``spark_jobs.train.train_rank``)
+  in this process with a one-process collective, 2 torch threads, over the same shards
+  the job trains on; once with the same global batch as 2 ranks (2 x 32) and once with
+  the per-rank batch (32). The faster one is the baseline.
+- **start-up**: submit to the first training step, from the wall clock at submit and the
+  rank's first step (rank 0's last epoch metric in MLflow minus the loop's duration).
+"""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.core import BenchResult, Ratio, Target, log, repeat
+from benchmarks.data import write_curated_day
+from benchmarks.env import Benchmark, BenchEnv, SingleProcess, Submitted
+from benchmarks.sizes import Sizes
+
+DS = "2026-09-01"
+RANKS = 2
+BATCH = 32  # the nightly default, per rank
+
+
+class TrainingBench(Benchmark):
+    name, title = "training", "Training: Horovod 2 ranks vs. single-process torch"
+
+    def __init__(self, env: BenchEnv, sizes: Sizes) -> None:
+        super().__init__(env, sizes)
+        self.curated = self.root / "curated"
+        self.submits = 0
+
+    def submit(self, backend: str) -> dict[str, float]:
+        """One training job; its samples/s, start-up seconds and wall seconds."""
+        from mlflow import MlflowClient
+
+        self.submits += 1
+        work = self.root / f"{backend}-{self.submits}"
+        manifest_path = work / "train.json"
+        submitted: Submitted = self.env.submit_job("train", [
+            "--curated-root", self.curated, "--start-ds", DS, "--end-ds", DS,
+            "--work-dir", work / "scratch", "--output-manifest", manifest_path,
+            "--experiment-name", "benchmarks-training", "--backend", backend,
+            "--epochs", self.sizes.train_epochs, "--batch-size", BATCH, "--num-ranks", RANKS,
+        ])
+        manifest = json.loads(manifest_path.read_text())
+        final = manifest["final_metrics"]
+        history = MlflowClient().get_metric_history(manifest["run_id"], "samples_per_second")
+        last_epoch_at = max(m.timestamp for m in history) / 1000
+        # samples_per_second = samples seen so far / seconds since the loop started.
+        loop_seconds = manifest["train_rows"] * final["epoch"] / final["samples_per_second"]
+        startup = last_epoch_at - loop_seconds - submitted.started_at
+        log(f"training {backend}: {final['samples_per_second']:,.0f} samples/s, start-up {startup:.1f} s, "
+            f"wall {submitted.seconds:.1f} s")
+        return {"sps": final["samples_per_second"], "startup": startup, "wall": submitted.seconds,
+                "rows": manifest["train_rows"]}
+
+    def shards(self) -> list[str]:
+        """The shards the job trains on: same split, same files (written here by Spark)."""
+        from spark_jobs.dataset import filter_training_rows
+        from spark_jobs.partitions import read_partitions
+        from spark_jobs.train import write_training_shards
+
+        spark = self.env.spark()
+        window_df = read_partitions(spark, str(self.curated), DS, DS)
+        train_df = filter_training_rows(window_df, self.env.cfg.training.holdout_pct, self.env.cfg.training.split_seed)
+        return write_training_shards(train_df, str(self.root / "shards"), RANKS)
+
+    def single_process_sps(self, files: list[str], batch: int) -> float:
+        from spark_jobs.train import TrainConfig, train_rank
+
+        config = TrainConfig(epochs=self.sizes.train_epochs, batch_size=batch, threads_per_rank=RANKS)
+        return train_rank(SingleProcess(), config, files, None)["history"][-1]["samples_per_second"]
+
+    def run(self) -> BenchResult:
+        s, r = self.sizes, self.result
+        write_curated_day(self.curated, DS, s.train_rows, files=2)
+        files = [f.removeprefix("file:") for f in self.shards()]
+        self.env.stop_spark()
+        r.add("single_global_batch", f"single process, batch {RANKS * BATCH}, {RANKS} threads", "samples/s",
+              repeat(s.repeats, lambda: self.single_process_sps(files, RANKS * BATCH)))
+        r.add("single_rank_batch", f"single process, batch {BATCH}, {RANKS} threads", "samples/s",
+              repeat(s.repeats, lambda: self.single_process_sps(files, BATCH)))
+        best = max(("single_global_batch", "single_rank_batch"), key=lambda n: r.measurements[n].median)
+        r.add("single_best", f"single-process torch (best: {r.measurements[best].label})", "samples/s",
+              r.measurements[best].values)
+
+        # The target is on Horovod; TorchDistributor, for comparison, runs one time fewer.
+        runs = {"horovod": [self.submit("horovod") for _ in range(s.submit_repeats)],
+                "torch_distributor": [self.submit("torch_distributor") for _ in range(max(1, s.submit_repeats - 1))]}
+        for backend, label in (("horovod", "Horovod job"), ("torch_distributor", "TorchDistributor job")):
+            r.add(backend, f"{label}, {RANKS} ranks x 1 thread, batch {BATCH} per rank", "samples/s",
+                  [run["sps"] for run in runs[backend]])
+            r.add(f"{backend}_startup", f"{label}: submit to first step", "s", [run["startup"] for run in runs[backend]])
+            r.add(f"{backend}_wall", f"{label}: spark-submit wall time", "s", [run["wall"] for run in runs[backend]])
+        r.ratios += [
+            Ratio("horovod", "single_best", "Horovod / single-process torch"),
+            Ratio("horovod", "single_global_batch", "Horovod / single process, same global batch"),
+            Ratio("torch_distributor", "single_best", "TorchDistributor / single-process torch"),
+            Ratio("horovod_startup", "horovod_wall", "Horovod start-up / job wall time"),
+            Ratio("torch_distributor_startup", "horovod_startup", "TorchDistributor start-up / Horovod start-up"),
+        ]
+        r.targets.append(Target("Horovod 2-rank training >= 0.8x of single-process torch", "Horovod / single-process torch",
+                                ">=", 0.8))
+        r.settings = {"train_rows": runs["horovod"][0]["rows"], "epochs": s.train_epochs, "ranks": RANKS,
+                      "batch_per_rank": BATCH, "threads_per_rank": 1, "single_process_threads": RANKS}
+        return r

@@ -1,0 +1,182 @@
+"""All settings of the ML DAGs, in one place.
+
+Every value has a default for the embedded single-machine stack and an environment
+variable to override it for a cluster; endpoints and secrets are not here but in Airflow
+connections (``spark_default``, ``mlflow_default``, a ``wasb`` connection for an Azure
+landing zone, ``azure_synapse_default``). Reading the environment is the only thing done
+at import: DAG files are parsed continuously and must stay cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+SUBMIT_TARGETS = ("spark", "synapse")
+AZURE_STORAGE_URL = re.compile(
+    r"^(?:abfss?|wasbs?)://(?P<container>[^@/]+)@(?P<account>[^./]+)\.(?:dfs|blob)\.core\.windows\.net(?P<path>/.*)?$"
+)
+
+
+def _submit_target() -> str:
+    target = _env("ML_SPARK_SUBMIT_TARGET", "spark")
+    if target not in SUBMIT_TARGETS:
+        raise ValueError(f"ML_SPARK_SUBMIT_TARGET must be one of {SUBMIT_TARGETS}, got {target!r}")
+    return target
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """The nightly run's training settings (also the defaults of on-demand runs)."""
+
+    epochs: int = 10
+    learning_rate: float = 0.05
+    batch_size: int = 32
+    num_ranks: int = 0  # 0: one rank per Spark slot
+    backend: str = "horovod"  # or "torch_distributor" (Spark's TorchDistributor)
+    window_days: int = 3
+    holdout_pct: int = 20
+    split_seed: int = 7
+    min_accuracy: float = 0.93
+    champion_tolerance: float = 0.01
+
+
+@dataclass(frozen=True)
+class SynapseResources:
+    """Driver and executor sizes of a Synapse Spark batch job: Small nodes (4 vCores, 32 GB)."""
+
+    driver_memory: str = "28g"
+    driver_cores: int = 4
+    executor_memory: str = "28g"
+    executor_cores: int = 4
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    storage_root: str = field(default_factory=lambda: _env("ML_STORAGE_ROOT", str(REPO_ROOT / "var" / "data")))
+    model_name: str = field(default_factory=lambda: _env("ML_MODEL_NAME", "mnist_cnn"))
+    experiment_name: str = field(default_factory=lambda: _env("ML_EXPERIMENT_NAME", "mnist_cnn"))
+    spark_conn_id: str = field(default_factory=lambda: _env("ML_SPARK_CONN_ID", "spark_default"))
+    mlflow_conn_id: str = field(default_factory=lambda: _env("ML_MLFLOW_CONN_ID", "mlflow_default"))
+    # Where spark-submit finds the entry points and the --py-files archive of spark_jobs.
+    jobs_root: str = field(default_factory=lambda: _env("ML_JOBS_ROOT", str(REPO_ROOT / "spark_jobs" / "entrypoints")))
+    jobs_archive: str = field(default_factory=lambda: _env("ML_JOBS_ARCHIVE", str(REPO_ROOT / "build" / "spark_jobs.zip")))
+    pyspark_python: str = field(default_factory=lambda: _env("ML_PYSPARK_PYTHON", sys.executable))
+    spark_log_config: str = field(default_factory=lambda: _env("ML_SPARK_LOG_CONFIG", str(REPO_ROOT / "conf" / "log4j2.properties")))
+    git_revision: str = field(default_factory=lambda: _env("ML_GIT_REVISION", "unknown"))
+    max_bad_ratio: float = field(default_factory=lambda: float(_env("ML_MAX_BAD_RATIO", "0.05")))
+    # "false" on YARN/Kubernetes, where the driver gets MLflow credentials from a cluster
+    # secret: spark-submit then receives only the tracking URI (docs/security.md).
+    pass_mlflow_credentials: bool = field(
+        default_factory=lambda: _env("ML_PASS_MLFLOW_CREDENTIALS", "true").lower() not in ("false", "0", "no")
+    )
+    # Airflow connection for reading and writing the storage root from Airflow tasks (staging,
+    # manifests); empty: the file system's own defaults (none needed for local paths).
+    storage_conn_id: str = field(default_factory=lambda: _env("ML_STORAGE_CONN_ID", ""))
+    # Landing zone: the day's raw drop arrives in this blob container (``wasb`` connection)
+    # and is staged into the storage root before ingest. Empty container: no landing zone,
+    # the drop is written straight into the storage root.
+    landing_conn_id: str = field(default_factory=lambda: _env("ML_LANDING_CONN_ID", "wasb_default"))
+    landing_container: str = field(default_factory=lambda: _env("ML_LANDING_CONTAINER", ""))
+    # Training checkpoints (any fsspec URL); empty: no checkpoints. Credentials for remote
+    # URLs come from the jobs' environment (e.g. AZURE_STORAGE_CONNECTION_STRING), never args.
+    checkpoint_root: str = field(default_factory=lambda: _env("ML_CHECKPOINT_ROOT", ""))
+    # Where Spark jobs run: spark-submit through ``spark_conn_id``, or an Azure Synapse pool.
+    submit_target: str = field(default_factory=_submit_target)
+    synapse_conn_id: str = field(default_factory=lambda: _env("ML_SYNAPSE_CONN_ID", "azure_synapse_default"))
+    synapse_pool: str = field(default_factory=lambda: _env("ML_SYNAPSE_POOL", ""))
+    synapse_executors: int = field(default_factory=lambda: int(_env("ML_SYNAPSE_EXECUTORS", "2")))
+    synapse_resources: SynapseResources = field(default_factory=SynapseResources)
+    training: TrainingDefaults = field(default_factory=TrainingDefaults)
+
+    def __post_init__(self) -> None:
+        if self.submit_target == "synapse" and not self.synapse_pool:
+            raise ValueError("ML_SPARK_SUBMIT_TARGET=synapse needs ML_SYNAPSE_POOL (the Spark pool's name)")
+
+    # The one path builder: every dataset location derives from storage_root.
+    @staticmethod
+    def dataset_key(name: str) -> str:
+        """A dataset's folder relative to the storage root (and to the landing container)."""
+        return f"{name}/mnist"
+
+    def dataset_root(self, name: str) -> str:
+        return f"{self.storage_root.rstrip('/')}/{self.dataset_key(name)}"
+
+    @property
+    def raw_root(self) -> str:
+        return self.dataset_root("raw")
+
+    @property
+    def curated_root(self) -> str:
+        return self.dataset_root("curated")
+
+    @property
+    def quarantine_root(self) -> str:
+        return self.dataset_root("quarantine")
+
+    @property
+    def predictions_root(self) -> str:
+        return self.dataset_root("predictions")
+
+    @staticmethod
+    def storage_uri(path: str) -> str:
+        """``path`` as a URI (``file://`` for local paths), for Assets and object storage."""
+        # Not Path.as_uri(): it would percent-encode the Jinja braces of templated paths.
+        return path if "://" in path else f"file://{os.path.abspath(path)}"
+
+    @classmethod
+    def object_storage_uri(cls, path: str) -> str:
+        """``path`` as Airflow object storage (adlfs) takes it: :meth:`storage_uri`, with Azure's
+        ``abfss://<container>@<account>.dfs.core.windows.net/<path>`` (or ``wasbs://…blob…``)
+        as ``abfs://<container>/<path>``. Airflow would read ``<container>@`` as a connection
+        id; the account comes from the connection instead."""
+        uri = cls.storage_uri(path)
+        match = AZURE_STORAGE_URL.match(uri)
+        return f"abfs://{match['container']}{match['path'] or ''}" if match else uri
+
+    @staticmethod
+    def partition_path(root: str, ds: str) -> str:
+        return f"{root}/ds={ds}"
+
+    def raw_path(self, ds: str) -> str:
+        return self.partition_path(self.raw_root, ds)
+
+    def landing_prefix(self, ds: str) -> str:
+        """Blob prefix of the day's drop in the landing container: the raw layout, ``raw/mnist/ds=<ds>/``."""
+        return f"{self.partition_path(self.dataset_key('raw'), ds)}/"
+
+    def run_dir(self, dag_id: str, run_key: str) -> str:
+        """Scratch and hand-off files of one DAG run (manifests, training shards)."""
+        return f"{self.storage_root.rstrip('/')}/_runs/{dag_id}/{run_key}"
+
+    def checkpoint_dir(self, dag_id: str, run_key: str) -> str:
+        """Training checkpoints of one DAG run: a retried task resumes from the latest."""
+        return f"{self.checkpoint_root.rstrip('/')}/{dag_id}/{run_key}"
+
+    def application(self, job: str) -> str:
+        return f"{self.jobs_root.rstrip('/')}/{job}.py"
+
+
+DEFAULT_ARGS = {
+    "owner": "ml-platform",
+    "retries": 2,
+    "retry_delay": timedelta(minutes=1),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": timedelta(minutes=10),
+    "execution_timeout": timedelta(hours=2),
+}
+
+
+def load_config() -> PlatformConfig:
+    return PlatformConfig()

@@ -1,0 +1,52 @@
+"""Which partition a DAG run processes: explicit, documented and unit-tested.
+
+- A run with a data interval (``CronDataIntervalTimetable``, e.g. ``ml_batch_scoring``)
+  processes the UTC day its interval starts on: the interval 2026-11-01 00:00 ->
+  2026-11-02 00:00 is ``ds=2026-11-01``, so a backfill from 2026-11-01 to 2026-11-03
+  scores exactly those three days.
+- A run without one (Airflow 3's default ``CronTriggerTimetable``: logical date = run
+  time, empty interval; or an asset-triggered / date-less manual run) processes the UTC
+  day *before* its logical date, or before the time it was queued when it has none: the
+  02:00 UTC nightly run of 2026-11-29 handles ``ds=2026-11-28``, the day that just ended.
+
+Nothing here reads the wall clock.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Any
+
+
+def partition_ds(dag_run: Any) -> str:
+    """``YYYY-MM-DD`` of the day a run processes (DAG macro ``partition_ds(dag_run)``)."""
+    start = getattr(dag_run, "data_interval_start", None)
+    end = getattr(dag_run, "data_interval_end", None)
+    if start is not None and end is not None and end > start:
+        return start.date().isoformat()
+    anchor: datetime = dag_run.logical_date or dag_run.run_after
+    return (anchor.date() - timedelta(days=1)).isoformat()
+
+
+def run_time(dag_run: Any) -> str:
+    """ISO-8601 time a run stands for: its logical date, else when it was queued to run."""
+    return (dag_run.logical_date or dag_run.run_after).isoformat()
+
+
+def window_start_ds(end_ds: str, days: int) -> str:
+    """First day of a window of ``days`` days ending on ``end_ds`` (inclusive)."""
+    if days < 1:
+        raise ValueError(f"window must span at least one day, got {days}")
+    return (date.fromisoformat(end_ds) - timedelta(days=days - 1)).isoformat()
+
+
+def run_key(run_id: str) -> str:
+    """A run id usable as one path segment on every file system (no ':' or '+')."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_id)
+
+
+MACROS = {"partition_ds": partition_ds, "run_time": run_time, "window_start_ds": window_start_ds, "run_key": run_key}
+
+PARTITION_DS = "{{ partition_ds(dag_run) }}"
+RUN_KEY = "{{ run_key(run_id) }}"
+RUN_TIME = "{{ run_time(dag_run) }}"

@@ -1,0 +1,318 @@
+"""Task factories: one per step, so every DAG runs a step the same way.
+
+Computing steps are SparkSubmitOperators (or, with ``ML_SPARK_SUBMIT_TARGET=synapse``,
+Azure Synapse Spark batch jobs with the same entry points and arguments) referencing job
+code by path (entry point and ``--py-files`` archive), never by import. Their arguments
+come from configuration, Airflow's run context, or validated ``params`` (JSON-schema typed
+and bounded, checked at trigger time), never from ``dag_run.conf`` directly.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from ml_platform.config import PlatformConfig
+from ml_platform.partitions import RUN_KEY, RUN_TIME
+from ml_registry.spark_submit import MlflowSparkSubmitOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, ObjectStoragePath
+
+REGISTRY_POOL = "ml_registry"
+GATE_URI = "{{ ti.xcom_pull(task_ids='gate_model')['uri'] }}"
+# The landing sensor frees its worker slot between pokes (reschedule mode); a drop that has
+# not arrived after LANDING_TIMEOUT fails the run instead of holding it open.
+LANDING_POKE_INTERVAL = timedelta(minutes=5)
+LANDING_TIMEOUT = timedelta(hours=6)
+# Spark settings that hold wherever a job runs; spark_conf adds this deployment's own files.
+PORTABLE_SPARK_CONF = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
+
+
+def curated_asset(cfg: PlatformConfig) -> Asset:
+    """Updated by every ingest: the curated dataset has a new or replaced partition."""
+    return Asset(name="mnist_curated", uri=cfg.storage_uri(cfg.curated_root))
+
+
+def champion_asset(cfg: PlatformConfig) -> Asset:
+    """Updated when a register step moves ``champion`` to a new version."""
+    return Asset(name=f"{cfg.model_name}.champion", uri=f"mlflow-model://{cfg.model_name}/champion")
+
+
+def spark_conf(cfg: PlatformConfig) -> dict[str, str]:
+    """Spark settings common to every job (resources come from the spark connection)."""
+    return {
+        "spark.pyspark.python": cfg.pyspark_python,
+        "spark.pyspark.driver.python": cfg.pyspark_python,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{cfg.spark_log_config}",
+        **PORTABLE_SPARK_CONF,
+    }
+
+
+def spark_job(cfg: PlatformConfig, *, task_id: str, job: str, args: list[Any], **kwargs: Any) -> BaseOperator:
+    """A task running ``spark_jobs/entrypoints/<job>.py`` with ``args``: a SparkSubmitOperator,
+    or a Synapse Spark batch job when ``cfg.submit_target`` is ``synapse``.
+
+    The MLflow connection reaches the job as environment variables (added at execute
+    time by the operator), so tracking credentials never appear on the command line.
+    """
+    name = f"{job}-{{{{ dag.dag_id }}}}-{{{{ run_key(run_id) }}}}"
+    application_args = [str(a) for a in args]
+    if cfg.submit_target == "synapse":
+        return synapse_job(cfg, task_id=task_id, job=job, name=name, args=application_args, **kwargs)
+    return MlflowSparkSubmitOperator(
+        task_id=task_id,
+        application=cfg.application(job),
+        py_files=cfg.jobs_archive,
+        conn_id=cfg.spark_conn_id,
+        mlflow_conn_id=cfg.mlflow_conn_id,
+        pass_mlflow_credentials=cfg.pass_mlflow_credentials,
+        conf=spark_conf(cfg),
+        name=name,
+        application_args=application_args,
+        **kwargs,
+    )
+
+
+def synapse_job(cfg: PlatformConfig, *, task_id: str, job: str, name: str, args: list[str], **kwargs: Any) -> BaseOperator:
+    """The same job as a Spark batch job on the Synapse pool ``cfg.synapse_pool``.
+
+    The payload names the same entry point, ``--py-files`` archive and arguments as the
+    spark-submit task (``ML_JOBS_ROOT``/``ML_JOBS_ARCHIVE`` must then be on the workspace's
+    storage, e.g. ``abfss://``). The pool brings its own Python and log settings, so only the
+    portable Spark settings travel; no secrets are in the payload (see the operator).
+    """
+    from ml_registry.synapse import MlflowSynapseSparkBatchOperator
+
+    resources = cfg.synapse_resources
+    return MlflowSynapseSparkBatchOperator(
+        task_id=task_id,
+        azure_synapse_conn_id=cfg.synapse_conn_id,
+        spark_pool=cfg.synapse_pool,
+        mlflow_conn_id=cfg.mlflow_conn_id,
+        payload={
+            "name": name,
+            "file": cfg.application(job),
+            "arguments": args,
+            "python_files": [cfg.jobs_archive],
+            "configuration": dict(PORTABLE_SPARK_CONF),
+            "driver_memory": resources.driver_memory,
+            "driver_cores": resources.driver_cores,
+            "executor_memory": resources.executor_memory,
+            "executor_cores": resources.executor_cores,
+            "executor_count": cfg.synapse_executors,
+        },
+        **kwargs,
+    )
+
+
+def run_dir(cfg: PlatformConfig) -> str:
+    return cfg.run_dir("{{ dag.dag_id }}", RUN_KEY)
+
+
+def storage_path(cfg: PlatformConfig, path: str) -> ObjectStoragePath:
+    """A path or URI under the storage root as Airflow object storage, for Airflow tasks
+    (Spark jobs use Hadoop's file systems), through ``ML_STORAGE_CONN_ID`` when set."""
+    from airflow.sdk import ObjectStoragePath
+
+    return ObjectStoragePath(cfg.object_storage_uri(path), conn_id=cfg.storage_conn_id or None)
+
+
+def receive_raw_drop(cfg: PlatformConfig, ds: str) -> list[BaseOperator]:
+    """Wait for the day's drop in the landing container, then stage it into the storage root.
+
+    Only with a landing zone (``ML_LANDING_CONTAINER``); without one the drop is written
+    straight into the storage root and this returns no tasks, so DAGs chain its result
+    before ingest either way.
+    """
+    if not cfg.landing_container:
+        return []
+    from airflow.providers.microsoft.azure.sensors.wasb import WasbPrefixSensor
+
+    wait = WasbPrefixSensor(
+        task_id="wait_for_raw_drop",
+        wasb_conn_id=cfg.landing_conn_id,
+        container_name=cfg.landing_container,
+        prefix=cfg.landing_prefix(ds),
+        mode="reschedule",
+        poke_interval=LANDING_POKE_INTERVAL.total_seconds(),
+        timeout=LANDING_TIMEOUT.total_seconds(),
+    )
+    stage = stage_raw_drop(cfg, ds)
+    wait >> stage
+    return [wait, stage]
+
+
+def stage_raw_drop(cfg: PlatformConfig, ds: str):
+    """Copy the day's blobs from the landing container into the raw partition of the storage root."""
+
+    @task(task_id="stage_raw_drop")
+    def stage(prefix: str, raw_uri: str) -> dict[str, Any]:
+        """Idempotent: the partition ends up holding exactly the landed files (blob names
+        relative to ``prefix``), whatever an earlier try left there."""
+        from airflow.providers.microsoft.azure.hooks.wasb import WasbHook
+
+        container = WasbHook(wasb_conn_id=cfg.landing_conn_id).blob_service_client.get_container_client(
+            cfg.landing_container
+        )
+        blobs = [
+            blob
+            for blob in container.list_blobs(name_starts_with=prefix, include=["metadata"])
+            # Folder markers of hierarchical-namespace (ADLS Gen2) accounts are not files.
+            if not blob.name.endswith("/") and (blob.metadata or {}).get("hdi_isfolder") != "true"
+        ]
+        source = f"{cfg.landing_container}/{prefix}"
+        if not blobs:
+            raise FileNotFoundError(f"no blobs under {source} in connection {cfg.landing_conn_id!r}")
+        target = storage_path(cfg, raw_uri)
+        target.mkdir(parents=True, exist_ok=True)
+        staged: dict[str, int] = {}
+        for blob in blobs:
+            relative = blob.name.removeprefix(prefix)
+            destination = target / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with destination.open("wb") as out:
+                container.download_blob(blob.name).readinto(out)
+            staged[relative] = blob.size
+        # Files of an earlier, different drop of this day would be ingested with this one.
+        root = target.path.rstrip("/")
+        stale = [f for f in target.fs.find(root) if f.removeprefix(root).lstrip("/") not in staged]
+        for path in stale:
+            target.fs.rm(path)
+        summary = {"files": len(staged), "bytes": sum(staged.values()), "removed": len(stale)}
+        print(
+            f"staged {summary['files']} files ({summary['bytes']} bytes) from {source} to {raw_uri}; "
+            f"removed {summary['removed']} stale files"
+        )
+        return {**summary, "source": source, "destination": raw_uri}
+
+    return stage(cfg.landing_prefix(ds), cfg.storage_uri(cfg.raw_path(ds)))
+
+
+def ingest(cfg: PlatformConfig, ds: str) -> BaseOperator:
+    return spark_job(
+        cfg,
+        task_id="ingest_raw_drop",
+        job="ingest",
+        args=[
+            "--ds", ds,
+            "--raw-path", cfg.raw_path(ds),
+            "--curated-root", cfg.curated_root,
+            "--quarantine-root", cfg.quarantine_root,
+            "--max-bad-ratio", cfg.max_bad_ratio,
+        ],
+        outlets=[curated_asset(cfg)],
+    )
+
+
+def train(
+    cfg: PlatformConfig,
+    *,
+    start_ds: str,
+    end_ds: str,
+    epochs: Any,
+    learning_rate: Any,
+    batch_size: Any,
+    num_ranks: Any,
+    backend: Any,
+) -> BaseOperator:
+    checkpoints = ["--checkpoint-dir", cfg.checkpoint_dir("{{ dag.dag_id }}", RUN_KEY)] if cfg.checkpoint_root else []
+    return spark_job(
+        cfg,
+        task_id="train_model",
+        job="train",
+        args=[
+            "--curated-root", cfg.curated_root,
+            "--start-ds", start_ds,
+            "--end-ds", end_ds,
+            "--work-dir", f"{run_dir(cfg)}/train",
+            "--output-manifest", f"{run_dir(cfg)}/train.json",
+            "--experiment-name", cfg.experiment_name,
+            "--epochs", epochs,
+            "--learning-rate", learning_rate,
+            "--batch-size", batch_size,
+            "--num-ranks", num_ranks,
+            "--backend", backend,
+            "--holdout-pct", cfg.training.holdout_pct,
+            "--split-seed", cfg.training.split_seed,
+            "--tag", "airflow_dag_id={{ dag.dag_id }}",
+            "--tag", "airflow_run_id={{ run_id }}",
+            *checkpoints,
+        ],
+    )
+
+
+def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: str = "--promote") -> BaseOperator:
+    """Registration runs in a pool of one slot: two DAGs never register at the same time."""
+    return spark_job(
+        cfg,
+        task_id="register_model",
+        job="register",
+        args=[
+            "--train-manifest", f"{run_dir(cfg)}/train.json",
+            "--output-manifest", f"{run_dir(cfg)}/register.json",
+            "--curated-root", cfg.curated_root,
+            "--start-ds", start_ds,
+            "--end-ds", end_ds,
+            "--holdout-pct", cfg.training.holdout_pct,
+            "--split-seed", cfg.training.split_seed,
+            "--model-name", cfg.model_name,
+            "--min-accuracy", cfg.training.min_accuracy,
+            "--champion-tolerance", cfg.training.champion_tolerance,
+            "--git-revision", cfg.git_revision,
+            "--airflow-run-id", "{{ run_id }}",
+            "--promoted-at", RUN_TIME,
+            promote,
+        ],
+        pool=REGISTRY_POOL,
+    )
+
+
+def publish_champion(cfg: PlatformConfig):
+    """Emit the champion Asset event only when this run's register step promoted."""
+
+    @task(task_id="publish_champion", outlets=[champion_asset(cfg)])
+    def publish(manifest_path: str) -> dict:
+        import json
+
+        manifest = json.loads(storage_path(cfg, manifest_path).read_text())
+        if not manifest["promoted"]:
+            raise AirflowSkipException(f"version {manifest['version']} not promoted: {manifest['reason']}")
+        return {"version": manifest["version"], "holdout_accuracy": manifest["holdout_accuracy"]}
+
+    return publish(cfg.storage_uri(f"{run_dir(cfg)}/register.json"))
+
+
+def score(cfg: PlatformConfig, *, start_ds: str, end_ds: str | None = None, task_id: str = "score_partition") -> BaseOperator:
+    """Score one partition (``end_ds`` None) or a range with the version the gate pinned."""
+    days = ["--ds", start_ds] if end_ds is None else ["--start-ds", start_ds, "--end-ds", end_ds]
+    return spark_job(
+        cfg,
+        task_id=task_id,
+        job="score",
+        args=[
+            "--model", GATE_URI,
+            "--input-data", cfg.curated_root,
+            *days,
+            "--scored-data", cfg.predictions_root,
+        ],
+    )
+
+
+@task(task_id="check_conf")
+def check_conf(**context: Any) -> None:
+    """Refuse run conf keys the DAG does not declare as params, before any job starts.
+
+    Airflow validates the declared params' JSON schemas when a run is created but accepts
+    undeclared keys; the API server refuses those too (plugins/ml_platform_api), and this
+    task covers every other way a run can be created (CLI, TriggerDagRunOperator).
+    """
+    declared = set(context["dag"].params.keys())
+    unknown = sorted(set(context["dag_run"].conf or {}) - declared)
+    if unknown:
+        raise AirflowFailException(
+            f"unknown parameter(s) {unknown} for {context['dag'].dag_id}; allowed: {sorted(declared)}"
+        )

@@ -1,0 +1,1 @@
+"""API-server extensions of this package (no job logic)."""

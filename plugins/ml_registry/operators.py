@@ -1,0 +1,381 @@
+"""The model-registry gate: decide once which model version a run may score with, and pin it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from ml_registry.alias_history import history_tag, parse_history, version_as_of
+from ml_registry.hooks import MlflowRegistryHook
+from ml_registry.links import MlflowModelVersionLink, model_version_url
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities.model_registry import ModelVersion, RegisteredModel
+
+    from airflow.sdk import Context
+
+POLICIES = ("current", "as_of")
+READY, PENDING = "READY", "PENDING_REGISTRATION"
+
+# Data type -> signature types it may feed without loss, following the conversions
+# MLflow's schema enforcement accepts (int32 widens to int64 and float64; float32 to float64).
+_WIDENS_TO = {"integer": {"long", "double"}, "float": {"double"}}
+
+
+class ModelRegistryGateOperator(BaseOperator):
+    """
+    Resolve a registered model's alias (or an explicit version) once, check it, and pin it.
+
+    Returns (XCom ``return_value``) the pinned version, which downstream tasks use instead
+    of the alias, so the alias moving mid-run does not change what the run scores::
+
+        {"name": "mnist", "version": "7", "uri": "models:/mnist/7", "run_id": "...",
+         "source": "models:/m-...", "alias": "champion", "selected_by": "alias:champion",
+         "ui_url": "http://127.0.0.1:5000"}
+
+    No eligible model (no such model, alias or version, not ``READY``, a failed check) raises
+    ``AirflowFailException`` (no retries), or ``AirflowSkipException`` with ``soft_fail``.
+    An unreachable tracking server raises ``MlflowServerUnavailableError`` (retried).
+
+    From the task context only ``logical_date`` and ``dag_run.run_after`` are read: the
+    default ``as_of`` time and the time ``max_age`` is measured at (``run_after`` when the
+    run has no logical date).
+
+    :param model_name: Registered model name. (templated)
+    :param alias: Alias to resolve, e.g. ``champion``; ignored when ``version`` is given. (templated)
+    :param version: Explicit version to pin instead of resolving an alias; ``None`` or an
+        empty string means "use the alias". (templated)
+    :param policy: ``current``: the version the alias points to now; ``as_of``: the version
+        that held the alias at ``as_of``, read from the registered-model tag
+        ``<alias>_history`` (see ``ml_registry.alias_history``). (templated)
+    :param as_of: ISO-8601 date or timestamp for ``policy="as_of"`` (a date means 00:00 UTC,
+        a timestamp without offset means UTC); defaults to the run's logical date. (templated)
+    :param min_version: Refuse versions below this number.
+    :param required_tags: Version tags that must be present with these values, e.g.
+        ``{"validation_status": "passed"}``.
+    :param max_age: Refuse versions registered longer than this before the run's logical date
+        (before ``as_of`` under the ``as_of`` policy).
+    :param wait_for_ready_timeout: Seconds to wait while the version is
+        ``PENDING_REGISTRATION``; 0 refuses it at once.
+    :param poke_interval: Seconds between status checks while waiting.
+    :param expected_schema: Columns and MLflow type names the scored data has, e.g.
+        ``{"pixel0": "integer"}``; every input column of the model signature must be there
+        with the same or a safely widening type.
+    :param dataset_path: Parquet dataset or partition directory the run will score; its
+        schema (read with pyarrow from the file footers) is checked like ``expected_schema``. (templated)
+    :param soft_fail: Skip (and so skip downstream scoring) instead of failing when no model
+        is eligible, e.g. the first nightly run before any champion exists.
+    :param mlflow_conn_id: Airflow connection of the MLflow tracking server.
+    """
+
+    template_fields: Sequence[str] = ("model_name", "alias", "version", "policy", "as_of", "dataset_path")
+    operator_extra_links = (MlflowModelVersionLink(),)
+    ui_color = "#e8f4ea"
+
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        alias: str | None = "champion",
+        version: str | int | None = None,
+        policy: str = "current",
+        as_of: str | dt.datetime | None = None,
+        min_version: int | None = None,
+        required_tags: dict[str, str] | None = None,
+        max_age: dt.timedelta | None = None,
+        wait_for_ready_timeout: float = 0,
+        poke_interval: float = 10,
+        expected_schema: dict[str, str] | None = None,
+        dataset_path: str | None = None,
+        soft_fail: bool = False,
+        mlflow_conn_id: str = MlflowRegistryHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.model_name = model_name
+        self.alias = alias
+        self.version = version
+        self.policy = policy
+        self.as_of = as_of
+        self.min_version = min_version
+        self.required_tags = required_tags
+        self.max_age = max_age
+        self.wait_for_ready_timeout = wait_for_ready_timeout
+        self.poke_interval = poke_interval
+        self.expected_schema = expected_schema
+        self.dataset_path = dataset_path
+        self.soft_fail = soft_fail
+        self.mlflow_conn_id = mlflow_conn_id
+
+    def execute(self, context: Context) -> dict[str, str | None]:
+        explicit_version = self._explicit_version()
+        logical_date = context.get("logical_date")
+        as_of = None
+        if explicit_version is None and self.policy == "as_of":
+            as_of = self._as_of_time(logical_date)
+        # max_age is measured at the time the run stands for: its logical date, else when it
+        # was queued (asset-triggered runs). Never the wall clock: a retry or a late worker
+        # would see a different answer than the run it belongs to.
+        run_after = getattr(context.get("dag_run"), "run_after", None)
+        reference_time = as_of or _as_utc(logical_date) or _as_utc(run_after)
+
+        hook = MlflowRegistryHook(mlflow_conn_id=self.mlflow_conn_id)
+        client = hook.get_conn()
+        with hook.unavailable_as_retryable(f"resolving model {self.model_name!r}"):
+            registered = self._registered_model(client)
+            if explicit_version is not None:
+                version, selected_by, alias = explicit_version, "version", None
+            elif as_of is not None:
+                version = self._version_as_of(registered, as_of)
+                selected_by, alias = f"as_of:{self.alias}@{as_of.isoformat()}", self.alias
+            else:
+                version = self._version_by_alias(registered)
+                selected_by, alias = f"alias:{self.alias}", self.alias
+            model_version = self._ready_version(client, version, selected_by)
+            problems = self._check(model_version, reference_time)
+        if problems:
+            self._refuse(model_version.version, "; ".join(problems))
+
+        pinned = {
+            "name": self.model_name,
+            "version": str(model_version.version),
+            "uri": f"models:/{self.model_name}/{model_version.version}",
+            "run_id": model_version.run_id,
+            "source": model_version.source,
+            "alias": alias,
+            "selected_by": selected_by,
+            "ui_url": hook.ui_url,
+        }
+        link = model_version_url(hook.ui_url, self.model_name, pinned["version"])
+        self.log.info("Pinned %s (%s): %s", pinned["uri"], selected_by, link)
+        return pinned
+
+    # -- parameters ---------------------------------------------------------------------
+
+    def _explicit_version(self) -> str | None:
+        """The explicit version to pin, or None to resolve the alias; bad parameters fail."""
+        if self.policy not in POLICIES:
+            raise AirflowFailException(
+                f"model {self.model_name!r}: policy must be one of {', '.join(POLICIES)}, got {self.policy!r}"
+            )
+        if self.version is None or str(self.version).strip() == "":
+            if not self.alias:
+                raise AirflowFailException(f"model {self.model_name!r}: give either an alias or a version")
+            return None
+        version = str(self.version).strip()
+        if not version.isdigit() or int(version) < 1:
+            raise AirflowFailException(
+                f"model {self.model_name!r}: version must be a positive integer, got {self.version!r}"
+            )
+        if self.policy == "as_of":
+            raise AirflowFailException(
+                f"model {self.model_name!r}: an explicit version ({version}) and policy 'as_of' exclude each other"
+            )
+        return str(int(version))
+
+    def _as_of_time(self, logical_date: dt.datetime | None) -> dt.datetime:
+        if self.as_of is None or (isinstance(self.as_of, str) and not self.as_of.strip()):
+            if logical_date is None:
+                raise AirflowFailException(
+                    f"model {self.model_name!r}: policy 'as_of' needs as_of or a run with a logical date"
+                )
+            return _as_utc(logical_date)
+        if isinstance(self.as_of, dt.datetime):
+            return _as_utc(self.as_of)
+        try:
+            parsed = dt.datetime.fromisoformat(str(self.as_of).strip())
+        except ValueError as err:
+            raise AirflowFailException(
+                f"model {self.model_name!r}: as_of {self.as_of!r} is not an ISO-8601 date or timestamp"
+            ) from err
+        return _as_utc(parsed)
+
+    # -- selection ----------------------------------------------------------------------
+
+    def _registered_model(self, client: MlflowClient) -> RegisteredModel:
+        from mlflow.exceptions import RestException
+
+        try:
+            return client.get_registered_model(self.model_name)
+        except RestException as err:
+            if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            self._refuse(None, f"registered model does not exist in {client.tracking_uri}")
+
+    def _version_by_alias(self, registered: RegisteredModel) -> str:
+        # The alias is read from the registered model (one call, one answer) and never used
+        # again: everything after this works on the version number.
+        aliases = dict(registered.aliases or {})
+        if self.alias not in aliases:
+            known = ", ".join(f"{name}->{version}" for name, version in sorted(aliases.items())) or "none"
+            self._refuse(
+                None,
+                f"alias {self.alias!r} is not set (aliases: {known}); promote a version to {self.alias!r} first",
+            )
+        return str(aliases[self.alias])
+
+    def _version_as_of(self, registered: RegisteredModel, as_of: dt.datetime) -> str:
+        tag = history_tag(self.alias)
+        history_json = (registered.tags or {}).get(tag)
+        try:
+            version = version_as_of(history_json, as_of)
+            history = parse_history(history_json)
+        except ValueError as err:
+            raise AirflowFailException(f"model {self.model_name!r}: tag {tag!r} is unreadable: {err}") from err
+        if version is None:
+            if not history:
+                why = f"no promotion history recorded in registered-model tag {tag!r}"
+            else:
+                why = f"the first recorded promotion (version {history[0][1]}) was at {history[0][0].isoformat()}"
+            self._refuse(None, f"no version held alias {self.alias!r} at {as_of.isoformat()}: {why}")
+        return version
+
+    def _ready_version(self, client: MlflowClient, version: str, selected_by: str) -> ModelVersion:
+        """The version, once ``READY``; waits (poke-style) while it is still registering."""
+        model_version = self._model_version(client, version, selected_by)
+        deadline = time.monotonic() + max(self.wait_for_ready_timeout, 0)
+        while model_version.status == PENDING and time.monotonic() < deadline:
+            self.log.info(
+                "%s version %s is %s; checking again in %ss", self.model_name, version, PENDING, self.poke_interval
+            )
+            time.sleep(max(0.0, min(self.poke_interval, deadline - time.monotonic())))
+            model_version = self._model_version(client, version, selected_by)
+        if model_version.status != READY:
+            waited = ""
+            if model_version.status == PENDING and self.wait_for_ready_timeout > 0:
+                waited = f" after waiting {self.wait_for_ready_timeout}s"
+            self._refuse(version, f"status is {model_version.status}{waited}, only {READY} versions may be used")
+        return model_version
+
+    def _model_version(self, client: MlflowClient, version: str, selected_by: str) -> ModelVersion:
+        from mlflow.exceptions import RestException
+
+        try:
+            return client.get_model_version(self.model_name, version)
+        except RestException as err:
+            if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            self._refuse(version, f"version does not exist (selected by {selected_by})")
+
+    # -- checks -------------------------------------------------------------------------
+
+    def _check(self, model_version: ModelVersion, reference_time: dt.datetime | None) -> list[str]:
+        """Every rule the version breaks, so one failure reports them all."""
+        problems = []
+        if self.min_version is not None and int(model_version.version) < self.min_version:
+            problems.append(f"min_version: version {model_version.version} is below {self.min_version}")
+        tags = model_version.tags or {}
+        for key, wanted in (self.required_tags or {}).items():
+            if key not in tags:
+                problems.append(f"required_tags: tag {key!r} is missing (required {wanted!r})")
+            elif tags[key] != str(wanted):
+                problems.append(f"required_tags: tag {key!r} is {tags[key]!r}, required {wanted!r}")
+        if self.max_age is not None and reference_time is None:
+            problems.append("max_age: the run has neither a logical date nor run_after to measure the age at")
+        elif self.max_age is not None:
+            registered_at = dt.datetime.fromtimestamp(model_version.creation_timestamp / 1000, dt.timezone.utc)
+            age = reference_time - registered_at
+            if age > self.max_age:
+                problems.append(
+                    f"max_age: registered {registered_at.isoformat()}, {age} before {reference_time.isoformat()}, "
+                    f"more than {self.max_age}"
+                )
+        if self.expected_schema is not None or self.dataset_path:
+            problems.extend(self._signature_problems(model_version))
+        return problems
+
+    def _signature_problems(self, model_version: ModelVersion) -> list[str]:
+        from mlflow.models import get_model_info
+
+        # A pinned models:/<name>/<version> URI: get_model_info fails on alias URIs.
+        signature = get_model_info(f"models:/{self.model_name}/{model_version.version}").signature
+        inputs = signature.inputs if signature is not None else None
+        if inputs is None or not inputs.has_input_names():
+            return ["signature: the model has no column-based input signature to check the data against"]
+        wanted = [(spec.name, _mlflow_type_name(spec.type), spec.required) for spec in inputs.inputs]
+        problems = []
+        if self.expected_schema is not None:
+            problems += _schema_problems(wanted, self.expected_schema, "expected_schema")
+        if self.dataset_path:
+            problems += _schema_problems(wanted, _parquet_schema(self.dataset_path), f"dataset {self.dataset_path}")
+        return problems
+
+    def _refuse(self, version: str | None, rule: str) -> NoReturn:
+        subject = f"model {self.model_name!r}" + (f" version {version}" if version is not None else "")
+        message = f"{subject} is not eligible: {rule}"
+        if self.soft_fail:
+            raise AirflowSkipException(f"{message} (soft_fail: skipping)")
+        raise AirflowFailException(message)
+
+
+def _as_utc(value: dt.datetime | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    if value.tzinfo is None or value.utcoffset() is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    # A plain UTC datetime, so selected_by reads the same whatever zone or class (pendulum)
+    # the logical date or as_of came in.
+    utc = value.astimezone(dt.timezone.utc)
+    return dt.datetime(
+        utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, tzinfo=dt.timezone.utc
+    )
+
+
+def _mlflow_type_name(mlflow_type: Any) -> str:
+    name = getattr(mlflow_type, "name", None)
+    return name if isinstance(name, str) else str(mlflow_type)
+
+
+def _schema_problems(wanted: list[tuple[str, str, bool]], available: Mapping[str, str], source: str) -> list[str]:
+    problems = []
+    for column, wanted_type, required in wanted:
+        if column not in available:
+            if required:
+                problems.append(f"signature: input column {column!r} ({wanted_type}) is missing from {source}")
+            continue
+        have = available[column]
+        if have != wanted_type and wanted_type not in _WIDENS_TO.get(have, ()):
+            problems.append(f"signature: input column {column!r} is {have} in {source}, the model needs {wanted_type}")
+    return problems
+
+
+def _parquet_schema(path: str) -> dict[str, str]:
+    """Column -> MLflow type name of a Parquet dataset, from file footers only (no Spark, no data)."""
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    try:
+        dataset = pads.dataset(path, format="parquet", partitioning="hive")
+    except (FileNotFoundError, pa.ArrowInvalid, OSError) as err:
+        raise AirflowFailException(f"dataset_path {path!r}: cannot read a Parquet dataset there: {err}") from err
+    if not dataset.files:
+        raise AirflowFailException(f"dataset_path {path!r}: no Parquet files there")
+    return {field.name: _arrow_to_mlflow(field.type) for field in dataset.schema}
+
+
+def _arrow_to_mlflow(arrow_type: Any) -> str:
+    import pyarrow.types as pat
+
+    if pat.is_int8(arrow_type) or pat.is_int16(arrow_type) or pat.is_int32(arrow_type):
+        return "integer"
+    if pat.is_int64(arrow_type):
+        return "long"
+    if pat.is_float16(arrow_type) or pat.is_float32(arrow_type):
+        return "float"
+    if pat.is_float64(arrow_type):
+        return "double"
+    if pat.is_boolean(arrow_type):
+        return "boolean"
+    if pat.is_string(arrow_type) or pat.is_large_string(arrow_type) or pat.is_string_view(arrow_type):
+        return "string"
+    if pat.is_binary(arrow_type) or pat.is_large_binary(arrow_type) or pat.is_binary_view(arrow_type):
+        return "binary"
+    if pat.is_timestamp(arrow_type) or pat.is_date(arrow_type):
+        return "datetime"
+    return str(arrow_type)

@@ -1,0 +1,429 @@
+"""The embedded default stack on one machine: environment, MLflow server, Airflow CLI.
+
+Used by the demo command (``scripts/run_nightly.py``) and by the end-to-end tests, so
+both run the DAGs exactly the same way. Everything lives under one state folder
+(``var/`` for the demo, a temporary folder for tests):
+
+    <state>/airflow   AIRFLOW_HOME with the SQLite metadata DB
+    <state>/mlflow    MLflow tracking server's SQLite store and artifacts
+    <state>/data      the storage root (raw drops, curated, quarantine, predictions)
+
+Cluster deployments do not use this module: they set the same ML_* variables and the
+``spark_default`` / ``mlflow_default`` connections (see README, "Deploying").
+
+:class:`Azurite` is the Azure Storage emulator's Blob service on loopback, for the tests of
+the Azure deployment (landing zone, MLflow artifacts and checkpoints on blob storage).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = REPO / ".venv" / "bin"
+# npm package installed by ``scripts/setup_env.sh --dev`` (it reads the version from here).
+AZURITE_VERSION = "3.37.0"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_curated_partition(curated_root: Path, ds: str, rows: int) -> None:
+    """One curated ``ds`` partition in the ingest job's schema, without a Spark job (for
+    tests whose subject comes after ingest)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_jobs.sample_data import make_rows
+    from spark_jobs.schema import CURATED_SCHEMA, LABEL_COL, PIXEL_COLS, ROW_ID_COL
+
+    labels, pixels = make_rows(ds, rows)
+    columns = {ROW_ID_COL: np.arange(rows, dtype=np.int64), LABEL_COL: labels.astype(np.int32)}
+    columns.update({name: pixels[:, i].astype(np.int32) for i, name in enumerate(PIXEL_COLS)})
+    table = pa.Table.from_pydict(columns, schema=to_arrow_schema(CURATED_SCHEMA))
+    partition = curated_root / f"ds={ds}"
+    partition.mkdir(parents=True)
+    pq.write_table(table, partition / "part-00000.parquet")
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _stop_group(proc: subprocess.Popen, grace: float = 5) -> None:
+    """Stop a service's whole process group: SIGTERM, a short grace period, then SIGKILL
+    (uvicorn's graceful shutdown can wait forever on idle keep-alive clients)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 15)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def azurite_home() -> Path:
+    """Where ``scripts/setup_env.sh --dev`` installs Azurite, outside the checkout."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get("MLSPARK_AZURITE_HOME") or cache / "airflow-spark-ml" / f"azurite-{AZURITE_VERSION}")
+
+
+def _wait_until_ready(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float, what: str, log: Path) -> None:
+    """Poll ``ready`` (an OSError counts as not yet) until it holds; fail at once if ``proc``
+    exits, with a TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited; see {log}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f} s; see {log}")
+
+
+@dataclass
+class Azurite:
+    """Azurite's Blob service on a free loopback port, in memory, with one storage account
+    whose key is made up for this instance (so a test can search logs for it)."""
+
+    state_dir: Path
+    account: str = "mlplatform"
+    port: int = field(default_factory=free_port)
+    key: str = field(default_factory=lambda: base64.b64encode(os.urandom(64)).decode())
+    _proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def executable() -> Path:
+        return azurite_home() / "node_modules" / ".bin" / "azurite-blob"
+
+    @property
+    def blob_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{self.account}"
+
+    @property
+    def connection_string(self) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={self.account};AccountKey={self.key};"
+            f"BlobEndpoint={self.blob_endpoint};"
+        )
+
+    def wasbs_uri(self, container: str, path: str = "") -> str:
+        """The ``wasbs://`` form MLflow and Hadoop use; clients reach Azurite through the
+        connection string's endpoint, whatever the host in the URI."""
+        return f"wasbs://{container}@{self.account}.blob.core.windows.net/{path}"
+
+    def start(self, timeout: float = 60) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.state_dir / "azurite.log", "ab")
+        self._proc = subprocess.Popen(
+            [
+                str(self.executable()),
+                "--blobHost", "127.0.0.1",
+                "--blobPort", str(self.port),
+                "--inMemoryPersistence",
+                "--loose",
+                "--skipApiVersionCheck",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.state_dir,
+            env={**os.environ, "AZURITE_ACCOUNTS": f"{self.account}:{self.key}"},
+        )
+
+        def listening() -> bool:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+
+        try:
+            _wait_until_ready(self._proc, listening, timeout, f"Azurite on {self.blob_endpoint}", self.state_dir / "azurite.log")
+        except TimeoutError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        # With custom accounts Azurite keeps a refresh timer alive after SIGTERM: short grace.
+        if self._proc is not None:
+            _stop_group(self._proc, grace=2)
+        self._proc = None
+
+
+@dataclass
+class LocalStack:
+    state_dir: Path
+    mlflow_port: int = 5000
+    spark_master: str = "local[2]"
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # Where the MLflow server keeps artifacts; default: a folder of the state dir.
+    artifacts_destination: str | None = None
+    api_port: int = 8080
+    spark_master_ui: str | None = None
+    _mlflow: subprocess.Popen | None = None
+    _services: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def tracking_uri(self) -> str:
+        return f"http://127.0.0.1:{self.mlflow_port}"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def mlflow_db(self) -> Path:
+        return self.state_dir / "mlflow" / "mlflow.db"
+
+    @property
+    def storage_root(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.state_dir / "airflow"
+
+    def env(self) -> dict[str, str]:
+        """Environment for every Airflow and Spark process of this stack."""
+        spark_conn = {"conn_type": "spark", "host": self.spark_master}
+        mlflow_conn = {"conn_type": "http", "host": "127.0.0.1", "port": self.mlflow_port, "schema": "http"}
+        # The stack's processes reach MLflow through the mlflow_default connection only.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
+        env = {
+            **inherited,
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(self.airflow_home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            # SQLite has one writer at a time; the scheduler, DAG processor, API server, task
+            # processes and CLI commands (``backfill create``) take turns. pysqlite's default
+            # 5 s busy timeout is too short on a loaded machine ("database is locked").
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.airflow_home / 'airflow.db'}?timeout=120",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.airflow_home / "logs"),
+            # The API server, scheduler, dag-processor and task processes must share these.
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.api_port),
+            "AIRFLOW__API__BASE_URL": self.api_url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api_url}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "embedded-stack-jwt-secret-loopback-only",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_conn),
+            "AIRFLOW_CONN_MLFLOW_DEFAULT": json.dumps(mlflow_conn),
+            "ML_STORAGE_ROOT": str(self.storage_root),
+            "ML_PYSPARK_PYTHON": str(VENV_BIN / "python"),
+            "ML_GIT_REVISION": git_revision(),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+        }
+        env.update(self.extra_env)
+        return env
+
+    # --- MLflow -------------------------------------------------------------------
+    def start_mlflow(self, timeout: float = 90) -> None:
+        store = self.state_dir / "mlflow"
+        store.mkdir(parents=True, exist_ok=True)
+        log = open(store / "server.log", "ab")
+        self._mlflow = subprocess.Popen(
+            [
+                str(VENV_BIN / "mlflow"), "server",
+                "--backend-store-uri", f"sqlite:///{self.mlflow_db}",
+                "--artifacts-destination", self.artifacts_destination or str(store / "artifacts"),
+                "--host", "127.0.0.1",
+                "--port", str(self.mlflow_port),
+                "--workers", "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=self.env(),
+        )
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{self.tracking_uri}/health", timeout=2) as resp:
+                return resp.status == 200
+
+        try:
+            _wait_until_ready(self._mlflow, healthy, timeout, f"MLflow server on {self.tracking_uri}", store / "server.log")
+        except TimeoutError:
+            self.stop_mlflow()
+            raise
+
+    def stop_mlflow(self) -> None:
+        if self._mlflow is not None:
+            _stop_group(self._mlflow)
+        self._mlflow = None
+
+    # --- Spark standalone ------------------------------------------------------------
+    def start_spark_cluster(self, workers: int = 2, cores_per_worker: int = 1, timeout: float = 120) -> str:
+        """A real Spark standalone master and workers on loopback, from the pip pyspark's
+        ``spark-class``; points this stack's ``spark_default`` at it and returns its URL."""
+        port, ui_port = free_port(), free_port()
+        logs = self.state_dir / "spark-cluster"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = {**self.env(), "SPARK_WORKER_DIR": str(logs / "work")}
+        spark_class = str(VENV_BIN / "spark-class")
+        master_url = f"spark://127.0.0.1:{port}"
+        commands = [[spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                     "--port", str(port), "--webui-port", str(ui_port)]]
+        commands += [
+            [spark_class, "org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
+             "--cores", str(cores_per_worker), "--memory", "3g", "--webui-port", str(free_port())]
+            for _ in range(workers)
+        ]
+        for i, command in enumerate(commands):
+            out = open(logs / f"{'master' if i == 0 else f'worker{i}'}.log", "ab")
+            self._services.append(
+                subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
+                    state = json.load(resp)
+                if state.get("aliveworkers", 0) >= workers:
+                    self.spark_master = master_url
+                    self.spark_master_ui = f"http://127.0.0.1:{ui_port}"
+                    return master_url
+            except OSError:
+                pass
+            time.sleep(1)
+        raise TimeoutError(f"Spark master {master_url} has not {workers} workers after {timeout:.0f} s; see {logs}")
+
+    # --- Airflow ------------------------------------------------------------------
+    def start_airflow_services(self, timeout: float = 180, extra_components: list[list[str]] | None = None) -> None:
+        """API server, scheduler and DAG processor (LocalExecutor), all on loopback.
+
+        Scheduler-driven runs (backfills, triggers, Assets) need all three: tasks report
+        to the API server. Authentication is off (every user an admin): loopback only.
+        """
+        logs = self.airflow_home / "service-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for component in [["api-server"], ["scheduler"], ["dag-processor"], *(extra_components or [])]:
+            out = open(logs / f"{'-'.join(component)}.log", "ab")
+            self._services.append(
+                subprocess.Popen(
+                    [str(VENV_BIN / "airflow"), *component],
+                    stdout=out, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True,
+                )
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [p.args[1] for p in self._services if p.poll() is not None]
+            if dead:
+                self.stop_airflow_services()
+                raise RuntimeError(f"airflow {dead} exited; see {logs}")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/api/v2/monitor/health", timeout=2) as resp:
+                    health = json.load(resp)
+                if health.get("scheduler", {}).get("status") == "healthy" and health.get(
+                    "dag_processor", {}
+                ).get("status") == "healthy":
+                    return
+            except OSError:
+                pass
+            time.sleep(1)
+        self.stop_airflow_services()
+        raise TimeoutError(f"Airflow services not healthy on {self.api_url} after {timeout:.0f} s; see {logs}")
+
+    def stop_services(self) -> None:
+        """Everything started by start_airflow_services / start_spark_cluster."""
+        self.stop_airflow_services()
+
+    def stop_airflow_services(self) -> None:
+        for proc in self._services:
+            _stop_group(proc)
+        self._services = []
+
+    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        """Call the Airflow REST API; returns (status, JSON body) also for 4xx answers."""
+        request = urllib.request.Request(
+            f"{self.api_url}/api/v2{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                return resp.status, json.load(resp)
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
+    def airflow(self, *args: str, check: bool = True, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(VENV_BIN / "airflow"), *args], env=self.env(), check=check, timeout=timeout, text=True, **kwargs
+        )
+
+    def migrate(self) -> None:
+        self.airflow_home.mkdir(parents=True, exist_ok=True)
+        self.airflow("db", "migrate", stdout=subprocess.DEVNULL)
+        self.airflow("pools", "import", str(REPO / "conf" / "pools.json"), stdout=subprocess.DEVNULL)
+
+    def generate_drops(self, days: list[str], rows: int, seed: int = 0) -> None:
+        cmd = [str(VENV_BIN / "python"), "-m", "spark_jobs.sample_data", "--rows", str(rows), "--seed", str(seed)]
+        for ds in days:
+            cmd += ["--ds", ds]
+        cmd += ["--out", str(self.storage_root / "raw" / "mnist")]
+        subprocess.run(cmd, cwd=REPO, check=True, env=self.env())
+
+    def spark_submit(
+        self, job: str, args: list[str], *, archive: Path, cwd: Path, timeout: float | None = None
+    ) -> subprocess.CompletedProcess:
+        """``spark-submit`` of ``spark_jobs/entrypoints/<job>.py`` as the DAGs' tasks run it: this
+        stack's master, the job archive on ``--py-files``, MLflow reached through the environment.
+        Run it from a ``cwd`` outside the repository so the job imports ``spark_jobs`` from the
+        archive alone."""
+        python = str(VENV_BIN / "python")
+        conf = {
+            "spark.pyspark.python": python,
+            "spark.pyspark.driver.python": python,
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{REPO / 'conf' / 'log4j2.properties'}",
+        }
+        cmd = [str(VENV_BIN / "spark-submit"), "--master", self.spark_master]
+        for key, value in conf.items():
+            cmd += ["--conf", f"{key}={value}"]
+        cmd += ["--py-files", str(archive), str(REPO / "spark_jobs" / "entrypoints" / f"{job}.py"), *args]
+        env = {k: v for k, v in self.env().items() if k != "PYTHONPATH"}
+        env["MLFLOW_TRACKING_URI"] = self.tracking_uri
+        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+    def dags_test(self, dag_id: str, logical_date: str, conf: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+        args = ["dags", "test", dag_id, logical_date]
+        if conf:
+            args += ["--conf", json.dumps(conf)]
+        return self.airflow(*args, **kwargs)
+
+
+if __name__ == "__main__":
+    sys.exit("import this module; run scripts/run_nightly.py for the demo")

@@ -1,0 +1,31 @@
+"""Zip the ``spark_jobs`` package for spark-submit ``--py-files``.
+
+A cluster's executors import job code from this archive, exactly as they would from a
+remote deployment; the local default uses the same path so both are tested alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = REPO / "build" / "spark_jobs.zip"
+
+
+def package_jobs(output: Path = DEFAULT_OUTPUT) -> Path:
+    """Write the archive atomically (a running job never sees a half-written zip)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+        for source in sorted((REPO / "spark_jobs").rglob("*.py")):
+            archive.write(source, source.relative_to(REPO).as_posix())
+    tmp.replace(output)
+    return output
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    print(f"[setup] spark_jobs archive: {package_jobs(parser.parse_args().output)}")

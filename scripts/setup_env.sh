@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Create or reuse the project environment (.venv): pinned packages, Horovod from its
+# cached wheel (built once), and the spark_jobs archive shipped to Spark with --py-files.
+# With --dev also the test tools, among them Azurite (the Azure Storage emulator, from npm),
+# installed once per version outside the checkout.
+# Idempotent: a second run only checks what is there (a few seconds).
+#
+# Usage: scripts/setup_env.sh [--dev]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=.venv
+PY="$VENV/bin/python"
+reqs=(requirements.txt)
+[[ "${1:-}" == "--dev" ]] && reqs=(requirements-dev.txt)
+
+if [[ ! -x "$PY" ]]; then
+    echo "[setup] creating $VENV"
+    python3.11 -m venv "$VENV"
+    "$PY" -m pip install --quiet --upgrade "pip==26.3"
+fi
+
+# Reinstall only when the requirement files changed since the last successful install.
+stamp="$VENV/.requirements.sha256"
+digest=$(cat requirements.txt requirements-dev.txt constraints.txt | sha256sum | cut -d' ' -f1)-${reqs[0]}
+if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$digest" ]]; then
+    echo "[setup] installing ${reqs[*]} (about 3 minutes on a fresh machine)"
+    start=$(date +%s)
+    # (grep drops the pip-config noise about local index folders this machine lacks)
+    "$PY" -m pip install --quiet -r "${reqs[0]}" -c constraints.txt 2>&1 \
+        | { grep -v "WARNING: Location .* is ignored" || true; }
+    # The Spark provider requires pyspark-client, whose newest release (4.2.0) ships the
+    # same pyspark/ Python files as pyspark and overwrites 4.3.0's with 4.2.0's, which
+    # then no longer match the 4.3.0 JVM (Python UDFs fail). Put pyspark's files back.
+    "$PY" -m pip install --quiet --no-deps --force-reinstall "pyspark==$(sed -n 's/^pyspark==//p' requirements.txt)" 2>&1 \
+        | { grep -v "WARNING: Location .* is ignored" || true; }
+    echo "[setup] packages installed in $(( $(date +%s) - start )) s"
+    echo "$digest" > "$stamp"
+fi
+
+if ! "$PY" -c 'import horovod.torch' 2>/dev/null; then
+    scripts/build_horovod.sh "$PY"
+fi
+
+"$PY" - <<'PYCHECK'
+import importlib.metadata as md, pyspark
+expected = md.version("pyspark")
+assert pyspark.__version__ == expected, f"pyspark Python files are {pyspark.__version__}, JVM is {expected}"
+PYCHECK
+
+if [[ "${reqs[0]}" == requirements-dev.txt ]]; then
+    azurite_version=$(sed -n 's/^AZURITE_VERSION = "\(.*\)"$/\1/p' scripts/local_stack.py)
+    azurite_home="${MLSPARK_AZURITE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-spark-ml/azurite-$azurite_version}"
+    if [[ ! -x "$azurite_home/node_modules/.bin/azurite-blob" ]]; then
+        if command -v npm >/dev/null; then
+            echo "[setup] installing Azurite $azurite_version into $azurite_home (about 20 s)"
+            # Into a temporary folder first: an interrupted install never looks finished.
+            rm -rf "$azurite_home.partial"
+            npm install --prefix "$azurite_home.partial" --no-audit --no-fund --loglevel=error "azurite@$azurite_version"
+            rm -rf "$azurite_home"
+            mv "$azurite_home.partial" "$azurite_home"
+        else
+            echo "[setup] WARNING: npm not found: tests/azure will be skipped (install Node.js, rerun)" >&2
+        fi
+    fi
+fi
+
+"$PY" scripts/package_jobs.py

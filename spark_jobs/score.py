@@ -1,0 +1,114 @@
+"""Score: batch predictions for a curated partition with one pinned registry model version.
+
+Works from Airflow (the gate hands over ``models:/<name>/<version>``) and standalone like
+the seed's ``score.py``::
+
+    spark-submit spark_jobs/entrypoints/score.py --model models:/mnist_cnn@champion \
+        --input-data var/data/curated/mnist --ds 2026-11-28 --scored-data var/data/predictions/mnist
+
+An alias is resolved once, on the driver, before any executor loads the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.inference import (
+    MODEL_NAME_COL,
+    MODEL_VERSION_COL,
+    PREDICTION_COL,
+    PinnedModel,
+    pin_model,
+    with_predictions,
+)
+from spark_jobs.partitions import parse_ds, read_partitions, replace_partitions
+from spark_jobs.schema import PARTITION_COL, PROB_COLS, ROW_ID_COL
+from spark_jobs.session import build_spark_session, configure_job_logging
+
+log = logging.getLogger(__name__)
+
+PREDICTION_COLS = [ROW_ID_COL, PREDICTION_COL, *PROB_COLS, MODEL_NAME_COL, MODEL_VERSION_COL, PARTITION_COL]
+
+
+def score_partition(curated_df: DataFrame, model: PinnedModel) -> DataFrame:
+    """Predictions in the output schema; every row names the model version that made it."""
+    return (
+        with_predictions(curated_df, model.uri)
+        .withColumn(MODEL_NAME_COL, F.lit(model.name))
+        .withColumn(MODEL_VERSION_COL, F.lit(model.version))
+        .select(*PREDICTION_COLS)
+    )
+
+
+def score_partitions(spark, model: PinnedModel, input_root: str, scored_root: str, start_ds: str, end_ds: str) -> dict:
+    """Score every curated partition in ``start_ds..end_ds`` with one model, in one job.
+
+    All partitions are committed together (Spark's dynamic partition overwrite), each
+    replacing its previous version; days without a curated partition are reported, the
+    others still written. Returns the per-partition counts read back from the output.
+    """
+    curated_df = read_partitions(spark, input_root, start_ds, end_ds)
+    rows_in = {r[PARTITION_COL]: r["count"] for r in curated_df.groupBy(PARTITION_COL).count().collect()}
+    expected = _days(start_ds, end_ds)
+    missing = [ds for ds in expected if ds not in rows_in]
+    rows_out: dict[str, int] = {}
+    if rows_in:
+        log.info("scoring %d rows in %d partitions with %s", sum(rows_in.values()), len(rows_in), model.uri)
+        replace_partitions(score_partition(curated_df, model), scored_root)
+        scored_df = read_partitions(spark, scored_root, start_ds, end_ds)
+        rows_out = {r[PARTITION_COL]: r["count"] for r in scored_df.groupBy(PARTITION_COL).count().collect()}
+    return {
+        "model": model.uri,
+        "written": {ds: rows_out.get(ds, 0) for ds in sorted(rows_in)},
+        "rows_in": dict(sorted(rows_in.items())),
+        "missing_curated": missing,
+    }
+
+
+def _days(start_ds: str, end_ds: str) -> list[str]:
+    start, end = dt.date.fromisoformat(start_ds), dt.date.fromisoformat(end_ds)
+    if end < start:
+        raise ValueError(f"end {end_ds} is before start {start_ds}")
+    return [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="models:/<name>/<version> or models:/<name>@<alias>")
+    parser.add_argument("--input-data", required=True, help="curated dataset root")
+    parser.add_argument("--scored-data", required=True, help="predictions dataset root")
+    days = parser.add_mutually_exclusive_group(required=True)
+    days.add_argument("--ds", type=parse_ds, help="the one partition to score")
+    days.add_argument("--start-ds", type=parse_ds, help="first partition of a range (with --end-ds)")
+    parser.add_argument("--end-ds", type=parse_ds, help="last partition of the range")
+    args = parser.parse_args(argv)
+    if args.start_ds and not args.end_ds:
+        parser.error("--start-ds needs --end-ds")
+    if args.ds:
+        args.start_ds = args.end_ds = args.ds
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    configure_job_logging()
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    spark = build_spark_session(f"score {args.start_ds}..{args.end_ds}")
+    try:
+        model = pin_model(args.model)
+        report = score_partitions(spark, model, args.input_data, args.scored_data, args.start_ds, args.end_ds)
+    finally:
+        spark.stop()
+    log.info("score report: %s", json.dumps(report))
+    short = [ds for ds, n in report["written"].items() if n != report["rows_in"][ds]]
+    if report["missing_curated"] or short:
+        raise RuntimeError(
+            f"partitions written: {sorted(report['written'])}; "
+            f"no curated partition for: {report['missing_curated']}; row count mismatch in: {short}"
+        )

@@ -1,0 +1,41 @@
+"""Shared by the Azure test modules (imported by name: tests/azure is on sys.path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pendulum
+
+REPO = Path(__file__).resolve().parents[2]
+LANDING_CONN_ID = "wasb_landing"
+ARTIFACTS_CONTAINER = "mlflow"
+PINNED_MODEL_URI = "models:/mnist_cnn/3"
+TRAIN_DS, TRAIN_ROWS = "2026-11-28", 400
+# adlfs's form: container, then path; the account comes from the connection string.
+CHECKPOINTS_CONTAINER = "checkpoints"
+CHECKPOINTS_URL = f"abfs://{CHECKPOINTS_CONTAINER}/ml_nightly_retrain/run-1"
+
+
+def render(task: Any, logical_date: str = "2026-11-29T02:00:00+00:00") -> dict[str, Any]:
+    """Render ``task``'s templates for a run at ``logical_date`` (an empty data interval, like
+    the nightly's) and return the context to execute it with: Airflow's task runner, minus
+    the metadata database (XCom answers with a pinned model URI and takes nothing)."""
+    when = pendulum.parse(logical_date)
+    dag = task.dag
+    context = {
+        "dag": dag,
+        "dag_run": SimpleNamespace(
+            logical_date=when, run_after=when, data_interval_start=when, data_interval_end=when, conf={}
+        ),
+        "run_id": f"scheduled__{when.isoformat()}",
+        "params": {name: dag.params[name] for name in dag.params},
+        "ti": SimpleNamespace(
+            xcom_pull=lambda **_: {"uri": PINNED_MODEL_URI},
+            xcom_push=lambda **_: None,
+            get_first_reschedule_date=lambda _context: None,  # the sensor's first poke
+        ),
+    }
+    task.render_template_fields(context)
+    return context

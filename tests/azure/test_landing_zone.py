@@ -1,0 +1,112 @@
+"""The landing zone on Azurite: the DAGs' sensor waits for the day's drop in the landing
+container (``wasb`` connection), then the staging task copies it into the storage root, to
+the raw partition the ingest task reads.
+
+The tasks are the ones the nightly DAG builds with ``ML_LANDING_CONTAINER`` set, rendered
+for its run of 2026-11-29 (partition 2026-11-28) and executed as a worker would, minus
+Airflow's metadata database.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from azure_support import render
+from spark_jobs.sample_data import write_drop
+
+DS = "2026-11-28"
+PREFIX = f"raw/mnist/ds={DS}/"
+
+
+@pytest.fixture
+def landing(blob_service):
+    """A fresh landing container."""
+    return blob_service.create_container(f"landing-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def drop(tmp_path: Path) -> dict[str, bytes]:
+    """The day's drop: two MNIST-format CSV files, by name relative to the day's prefix."""
+    return {
+        f"part-{seed}.csv": write_drop(tmp_path / f"seed{seed}", DS, rows=40, seed=seed).read_bytes()
+        for seed in (0, 1)
+    }
+
+
+@pytest.fixture
+def nightly(parse_dags, wasb_conn, landing, monkeypatch):
+    """``nightly(**env)``: the nightly DAG with the landing zone (and ``env``) configured."""
+    monkeypatch.delenv("ML_STORAGE_CONN_ID", raising=False)
+
+    def parse(**env: str):
+        return parse_dags(ML_LANDING_CONTAINER=landing.container_name, ML_LANDING_CONN_ID=wasb_conn, **env).dags[
+            "ml_nightly_retrain"
+        ]
+
+    return parse
+
+
+def upload(landing, files: dict[str, bytes], prefix: str = PREFIX) -> None:
+    for name, data in files.items():
+        landing.upload_blob(f"{prefix}{name}", data, overwrite=True)
+
+
+def test_sensor_reschedules_until_the_days_drop_lands(nightly, landing, drop):
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    sensor = nightly().get_task("wait_for_raw_drop")
+    context = render(sensor)
+    assert sensor.prefix == PREFIX
+    assert sensor.poke(context) is False
+    with pytest.raises(AirflowRescheduleException):  # frees the worker slot until the next poke
+        sensor.execute(context)
+
+    upload(landing, drop, prefix="raw/mnist/ds=2026-11-27/")  # yesterday's drop is not today's
+    assert sensor.poke(context) is False
+
+    upload(landing, drop)
+    assert sensor.poke(context) is True
+    sensor.execute(context)
+
+
+@pytest.fixture(params=["local", "blob"])
+def storage_root(request, tmp_path, azurite, blob_service, wasb_conn) -> dict[str, str]:
+    """The storage root as settings: a local folder, or a container in the URL form Spark's
+    ``abfss://`` takes, reached from Airflow tasks through ``ML_STORAGE_CONN_ID``."""
+    if request.param == "local":
+        return {"ML_STORAGE_ROOT": str(tmp_path / "data")}
+    container = blob_service.create_container(f"data-{uuid.uuid4().hex[:8]}")
+    root = f"abfss://{container.container_name}@{azurite.account}.dfs.core.windows.net/root"
+    return {"ML_STORAGE_ROOT": root, "ML_STORAGE_CONN_ID": wasb_conn}
+
+
+def read_partition(raw_uri: str) -> dict[str, bytes]:
+    """The files of a staged partition, through the storage root's own connection."""
+    from ml_platform import tasks
+    from ml_platform.config import load_config
+
+    root = tasks.storage_path(load_config(), raw_uri)
+    return {path.name: path.read_bytes() for path in root.iterdir()}
+
+
+def test_stage_copies_the_drop_to_the_partition_ingest_reads(nightly, landing, drop, storage_root):
+    dag = nightly(**storage_root)
+    stage, ingest = dag.get_task("stage_raw_drop"), dag.get_task("ingest_raw_drop")
+    upload(landing, drop)
+    context = render(stage)
+    render(ingest)
+    raw_path = ingest.application_args[ingest.application_args.index("--raw-path") + 1]
+
+    summary = stage.execute(context)
+    assert summary["destination"].removeprefix("file://") == raw_path
+    assert (summary["files"], summary["bytes"], summary["removed"]) == (2, sum(map(len, drop.values())), 0)
+    assert read_partition(summary["destination"]) == drop
+
+    # A retry, or a re-run after the drop was replaced: the partition holds exactly the drop.
+    landing.delete_blob(f"{PREFIX}part-1.csv")
+    again = stage.execute(context)
+    assert (again["files"], again["removed"]) == (1, 1)
+    assert read_partition(again["destination"]) == {"part-0.csv": drop["part-0.csv"]}

@@ -1,0 +1,97 @@
+"""The benchmark suite, end to end at its tiny size: ``python -m benchmarks --size tiny``.
+
+Runs every benchmark for real (spark-submit, MLflow server, Horovod, ``airflow dags
+test``) on small data and checks what a reader of the report relies on: the files, a
+positive rate for every measurement, every ratio and target, the machine. Small inputs
+make the numbers themselves meaningless here; ``make bench`` produces the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = ("scoring", "training", "ingest", "backfill", "orchestration")
+# One target per issue item, by a phrase of its label.
+TARGET_PHRASES = ("of its ceiling", "per-batch-load UDF", "Horovod 2-rank", "of pyarrow", "DAG parse", "backfill")
+PLOTS = ("throughput_vs_rows.png", "wall_vs_days.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory, report_figure):
+    out = tmp_path_factory.mktemp("bench-results")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--size", "tiny", "--out", str(out),
+         "--work-dir", str(tmp_path_factory.mktemp("bench-work"))],
+        cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    report_figure(f"benchmarks --size tiny: {time.monotonic() - started:.0f} s")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    return out, json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
+
+
+def test_report_files_are_written(tiny_report):
+    out, _, markdown = tiny_report
+    assert markdown.startswith("# Benchmark results")
+    for plot in PLOTS:
+        assert (out / plot).read_bytes().startswith(PNG_MAGIC), plot
+        assert f"]({plot})" in markdown
+
+
+def test_every_benchmark_has_positive_measurements_ratios_and_targets(tiny_report):
+    _, document, _ = tiny_report
+    assert document["errors"] == {}
+    assert set(document["benchmarks"]) == set(BENCHMARKS)
+    for name, result in document["benchmarks"].items():
+        assert result["measurements"], name
+        for key, measured in result["measurements"].items():
+            assert measured["n"] >= 1 and len(measured["values"]) == measured["n"], (name, key)
+            assert all(v > 0 and math.isfinite(v) for v in measured["values"]), (name, key, measured["values"])
+            assert measured["min"] <= measured["median"] <= measured["max"], (name, key)
+        assert result["ratios"], name
+        for ratio in result["ratios"]:
+            assert 0 < ratio["low"] <= ratio["value"] <= ratio["high"] < math.inf, (name, ratio)
+        assert result["targets"], name
+        for target in result["targets"]:
+            assert isinstance(target["met"], bool) and target["measured"] > 0, (name, target)
+
+
+def test_the_comparisons_the_issue_asks_for_are_there(tiny_report):
+    _, document, _ = tiny_report
+    runs = document["benchmarks"]
+    assert {"score_job", "ceiling", "per_batch_load", "closure"} <= set(runs["scoring"]["measurements"])
+    assert any("closure UDF" in note for note in runs["scoring"]["notes"])
+    assert {"horovod", "torch_distributor", "single_best", "horovod_startup", "torch_distributor_startup"} <= set(
+        runs["training"]["measurements"])
+    assert {"ingest_job", "pyarrow"} <= set(runs["ingest"]["measurements"])
+    assert {"one_day", "bulk_3", "daily_3"} <= set(runs["backfill"]["measurements"])
+    orchestration = runs["orchestration"]
+    assert {"parse_cold_slowest", "parse_cold_minimal", "submit_empty", "spark_step_overhead"} <= set(orchestration["measurements"])
+    (tasks,) = [rows for title, rows in orchestration["tables"].items() if "per task" in title]
+    spark_tasks = [t for t in tasks if t["task_start_to_spark_app_start_s"] is not None]
+    # ml_batch_scoring: ingest and score are spark-submit steps; the gate is not.
+    assert {t["task"] for t in spark_tasks} == {"ingest_raw_drop", "score_partition"}
+    assert all(0 < t["task_start_to_spark_app_start_s"] < t["seconds"] for t in spark_tasks)
+
+
+def test_markdown_lists_every_target_and_the_machine(tiny_report):
+    _, document, markdown = tiny_report
+    targets = [t["label"] for r in document["benchmarks"].values() for t in r["targets"]]
+    for phrase in TARGET_PHRASES:
+        assert any(phrase in label for label in targets), phrase
+    for label in targets:
+        assert f"| {label} |" in markdown, label
+    machine = document["meta"]["machine"]
+    assert machine["cores"] >= 1 and machine["memory_gib"] > 0
+    assert machine["versions"]["pyspark"] == "4.3.0" and machine["python"].startswith("3.11")
+    assert f"{machine['cores']} cores" in markdown

@@ -1,0 +1,102 @@
+"""Shared by the end-to-end test modules (imported by name: tests/e2e is on sys.path)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+MODEL = "mnist_cnn"
+NIGHTLY_DATE = "2026-11-29"
+NIGHTLY_PARTITION = "2026-11-28"  # the run of the 29th processes the day before
+NIGHTLY_ROWS = 5000
+
+def run_nightly(stack) -> str:
+    """One ``airflow dags test`` of the nightly DAG; returns its output (fails the test if it fails)."""
+    if not (stack.storage_root / "raw" / "mnist" / f"ds={NIGHTLY_PARTITION}").exists():
+        stack.generate_drops([NIGHTLY_PARTITION], rows=NIGHTLY_ROWS)
+    completed = stack.dags_test("ml_nightly_retrain", NIGHTLY_DATE, check=False, capture_output=True)
+    assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-5000:]
+    return completed.stdout + completed.stderr
+
+def wait_for(predicate, timeout: float, interval: float = 5, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value; that value is returned."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not reached after {timeout:.0f} s")
+
+
+def register_quick_champion(tracking_uri: str, rows: int = 2000, steps: int = 150) -> str:
+    """Train the real CNN briefly in-process, log and register it, make it a passed
+    ``champion``; returns the version. For tests whose subject is not training."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    import torch
+    import torch.nn.functional as F
+    from mlflow import MlflowClient
+
+    from spark_jobs.model import MnistNet
+    from spark_jobs.sample_data import make_rows
+    from spark_jobs.schema import PIXEL_COLS
+    from spark_jobs.train import log_classifier
+
+    labels, pixels = make_rows("2026-10-01", rows, seed=11)
+    x, y = torch.from_numpy(pixels.astype(np.float32)), torch.from_numpy(labels)
+    torch.manual_seed(0)
+    net = MnistNet()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.5)
+    for step in range(steps):
+        idx = torch.randint(0, rows, (32,))
+        optimizer.zero_grad()
+        F.nll_loss(net(x[idx]), y[idx]).backward()
+        optimizer.step()
+    example = pd.DataFrame(pixels[:5].astype(np.int32), columns=PIXEL_COLS)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    # An explicit experiment: this process may have another server's experiment active.
+    experiment = client.get_experiment_by_name(MODEL)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(MODEL)
+    mlflow.set_tracking_uri(tracking_uri)
+    try:
+        with mlflow.start_run(experiment_id=experiment_id):
+            model_uri = log_classifier(net.state_dict(), example)
+        info = mlflow.register_model(model_uri, MODEL)
+    finally:
+        mlflow.set_tracking_uri(None)
+    version = str(info.version)
+    client.set_model_version_tag(MODEL, version, "validation_status", "passed")
+    client.set_registered_model_alias(MODEL, "champion", version)
+    return version
+
+
+LOOPBACK_SERVICES = {"PostgreSQL": 5432, "Redis": 6379}
+PSQL = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-c"]
+
+
+def service_missing(*names: str) -> str | None:
+    """Why a test cannot run: the first of the named loopback services not listening, or None."""
+    for name in names:
+        port = LOOPBACK_SERVICES[name]
+        with socket.socket() as sock:
+            sock.settimeout(1)
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return f"{name} is not listening on 127.0.0.1:{port}"
+    return None
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh Postgres database on loopback for one stack's metadata; dropped afterwards."""
+    database = f"airflow_{uuid.uuid4().hex[:8]}"
+    subprocess.run([*PSQL, f"CREATE DATABASE {database}"], check=True, capture_output=True)
+    try:
+        yield database
+    finally:
+        subprocess.run([*PSQL, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], check=False, capture_output=True)

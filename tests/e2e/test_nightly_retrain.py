@@ -1,0 +1,89 @@
+"""``ml_nightly_retrain`` through ``airflow dags test``: real spark-submit, a real MLflow
+server and two Horovod ranks. The DAG runs twice for the same date; both runs are shared
+by the assertions below (each run takes about three minutes on two cores)."""
+
+from __future__ import annotations
+
+import pyarrow.dataset as pads
+import pytest
+
+from e2e_support import MODEL, NIGHTLY_PARTITION as PARTITION, NIGHTLY_ROWS as ROWS, run_nightly
+
+DAG_ID = "ml_nightly_retrain"
+
+
+def partition_table(stack, dataset: str, columns=None):
+    path = stack.storage_root / dataset / "mnist" / f"ds={PARTITION}"
+    assert path.is_dir(), f"{path} was not written"
+    return pads.dataset(str(path), format="parquet").to_table(columns=columns)
+
+
+@pytest.fixture(scope="module")
+def nightly_runs(stack, mlflow_client):
+    results = {}
+    for attempt in ("first", "second"):
+        log = run_nightly(stack)
+        champion = mlflow_client.get_model_version_by_alias(MODEL, "champion")
+        results[attempt] = {
+            "champion": champion,
+            "curated_rows": partition_table(stack, "curated", ["row_id"]).num_rows,
+            "scored": partition_table(stack, "predictions", ["row_id", "model_name", "model_version"]),
+            "versions": mlflow_client.search_model_versions(f"name = '{MODEL}'"),
+            "log": log,
+        }
+    return results
+
+
+def test_first_run_registers_a_champion_that_passes_the_gate(nightly_runs):
+    champion = nightly_runs["first"]["champion"]
+    assert champion.tags["validation_status"] == "passed"
+    assert float(champion.tags["holdout_accuracy"]) >= 0.93
+    assert champion.tags["data_end_ds"] == PARTITION
+    assert champion.tags["airflow_run_id"]
+    assert champion.tags["git_revision"]
+
+
+def test_every_ingested_row_is_scored_once_with_the_champion(nightly_runs):
+    first = nightly_runs["first"]
+    scored = first["scored"]
+    assert first["curated_rows"] == ROWS
+    assert scored.num_rows == first["curated_rows"]
+    assert set(scored.column("model_version").to_pylist()) == {first["champion"].version}
+    assert set(scored.column("model_name").to_pylist()) == {MODEL}
+
+
+def test_training_ran_two_horovod_ranks_and_logged_each_epoch(nightly_runs, mlflow_client):
+    run = mlflow_client.get_run(nightly_runs["first"]["champion"].run_id)
+    assert run.data.params["num_ranks"] == "2"
+    assert run.data.params["backend"] == "horovod"
+    history = mlflow_client.get_metric_history(run.info.run_id, "train_loss")
+    assert [m.step for m in history] == list(range(1, int(run.data.params["epochs"]) + 1))
+    assert history[-1].value < history[0].value
+
+
+def test_rerun_for_the_same_day_adds_a_version_but_no_rows(nightly_runs):
+    first, second = nightly_runs["first"], nightly_runs["second"]
+    assert second["curated_rows"] == first["curated_rows"] == ROWS
+    assert second["scored"].num_rows == ROWS
+    assert len(second["versions"]) == len(first["versions"]) + 1 == 2
+    # The second run scores with whatever the gate pinned: one version for every row.
+    assert set(second["scored"].column("model_version").to_pylist()) == {second["champion"].version}
+
+
+def test_gate_stored_its_extra_link_to_the_pinned_version(stack, nightly_runs):
+    import json
+    import sqlite3
+
+    with sqlite3.connect(stack.airflow_home / "airflow.db") as db:
+        rows = db.execute(
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'gate_model' AND key = ?",
+            (DAG_ID, "_link_MlflowModelVersionLink"),
+        ).fetchall()
+    links = {json.loads(value) for (value,) in rows}
+    version = nightly_runs["second"]["champion"].version
+    assert f"{stack.tracking_uri}/#/models/{MODEL}/versions/{version}" in links
+
+
+def test_task_logs_show_progress(nightly_runs):
+    log = nightly_runs["first"]["log"]
+    assert "ingest report" in log and "training manifest" in log and "score report" in log

@@ -1,0 +1,201 @@
+"""Helpers of the fault-and-bad-input suite (imported by name: tests/faults is on sys.path).
+
+Jobs run exactly as the DAGs run them: ``spark-submit`` of ``spark_jobs/entrypoints/<job>.py``
+with the ``--py-files`` archive, on ``local[2]``. Every process a test starts carries
+``FAULTS_MARKER=<token>`` in its environment, which every descendant inherits (the Python
+driver, pyspark daemon and workers, Horovod's launchers and ranks), so an orphan is found
+by its environment even after it was re-parented or moved to a session of its own: any
+live process with the marker counts, whatever its command line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from local_stack import REPO, VENV_BIN
+
+MARKER_VAR = "FAULTS_MARKER"
+EXPERIMENT = "faults"
+BASE_DS = "2026-10-01"  # the clean partition shared by the training and registry tests
+BASE_ROWS = 300
+
+
+def new_marker() -> str:
+    return uuid.uuid4().hex
+
+
+def spark_conf() -> dict[str, str]:
+    """The DAGs' Spark settings (dags/ml_platform/tasks.py), lighter: no UI, fewer shuffles."""
+    python = str(VENV_BIN / "python")
+    return {
+        "spark.pyspark.python": python,
+        "spark.pyspark.driver.python": python,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{REPO / 'conf' / 'log4j2.properties'}",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
+def spark_submit_command(job: str, args: list[str], archive: Path) -> list[str]:
+    cmd = [str(VENV_BIN / "spark-submit"), "--master", "local[2]", "--name", f"faults-{job}"]
+    for key, value in spark_conf().items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, "--py-files", str(archive), str(REPO / "spark_jobs" / "entrypoints" / f"{job}.py"), *args]
+
+
+@dataclass
+class Job:
+    """One spark-submit started by a test, in its own session, output in a log file."""
+
+    proc: subprocess.Popen
+    log_path: Path
+    marker: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float = 600) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    @property
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class JobRunner:
+    """Starts ``spark_jobs`` entry points with spark-submit, like the DAGs' operator does."""
+
+    env: dict[str, str]
+    archive: Path
+    log_dir: Path
+
+    def start(self, job: str, args: list[str], *, marker: str | None = None, env: dict[str, str] | None = None) -> Job:
+        marker = marker or new_marker()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{job}-{time.strftime('%H%M%S')}-{marker[:8]}.log"
+        with open(log_path, "wb") as out:
+            proc = subprocess.Popen(
+                spark_submit_command(job, args, self.archive),
+                cwd=REPO,
+                env={**self.env, **(env or {}), MARKER_VAR: marker},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return Job(proc, log_path, marker)
+
+    def run(self, job: str, args: list[str], **kwargs) -> Job:
+        started = self.start(job, args, **kwargs)
+        started.wait()
+        return started
+
+
+def marked_processes(marker: str) -> list[psutil.Process]:
+    """Every live process whose environment carries ``marker`` (zombies do not count)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARKER_VAR) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def describe(procs: list[psutil.Process]) -> list[str]:
+    lines = []
+    for proc in procs:
+        try:
+            lines.append(f"{proc.pid} (ppid {proc.ppid()}, sid {os.getsid(proc.pid)}): {' '.join(proc.cmdline())[:200]}")
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            continue
+    return lines
+
+
+def wait_for_no_orphans(marker: str, timeout: float = 30) -> list[str]:
+    """Descriptions of the processes carrying ``marker`` still alive after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = marked_processes(marker)
+        if not left or time.monotonic() > deadline:
+            return describe(left)
+        time.sleep(0.5)
+
+
+def wait_for_process(marker: str, pattern: str, timeout: float = 300, job: Job | None = None) -> psutil.Process:
+    """The first process carrying ``marker`` whose command line contains ``pattern``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in marked_processes(marker):
+            try:
+                if pattern in " ".join(proc.cmdline()):
+                    return proc
+            except psutil.NoSuchProcess:
+                continue
+        if job is not None and job.proc.poll() is not None:
+            raise AssertionError(f"{job.log_path.name} ended before {pattern!r} appeared:\n{job.output[-3000:]}")
+        time.sleep(0.2)
+    raise TimeoutError(f"no process matching {pattern!r} after {timeout:.0f} s")
+
+
+
+@contextmanager
+def mlflow_client_env(tracking_uri: str):
+    """Point this process's MLflow at ``tracking_uri`` for a block, then restore."""
+    saved = {name: os.environ.get(name) for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")}
+    for name in saved:
+        os.environ.pop(name, None)
+    os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def log_untrained_model(tracking_uri: str, tags: dict[str, str], seed: int = 0) -> tuple[str, str]:
+    """An MLflow run with the seed CNN, untrained, logged the way the train job logs it
+    (``spark_jobs.train.log_classifier``: TorchScript, signature over the 784 integer pixel
+    columns, input example).
+
+    The registry tests need distinct training runs with a model, not a good model; this
+    costs seconds instead of a Horovod job. Returns (run id, model URI).
+    """
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from spark_jobs.model import MnistNet
+    from spark_jobs.schema import PIXEL_COLS
+    from spark_jobs.train import log_classifier
+
+    torch.manual_seed(seed)
+    example = pd.DataFrame(np.zeros((2, len(PIXEL_COLS)), dtype=np.int32), columns=PIXEL_COLS)
+    with mlflow_client_env(tracking_uri):
+        client = mlflow.MlflowClient()
+        experiment = client.get_experiment_by_name(EXPERIMENT)
+        experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
+        with mlflow.start_run(experiment_id=experiment_id, tags=tags) as run:
+            model_uri = log_classifier(MnistNet().state_dict(), example)
+    return run.info.run_id, model_uri

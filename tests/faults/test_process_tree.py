@@ -1,0 +1,68 @@
+"""``terminate_process_tree``, the operator's kill, on a small tree that behaves like a
+Spark job's: a child in the same group, a grandchild that moved to a session of its own
+(as Horovod's rank launcher does with ``setsid``), and one process that ignores SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from faults_support import MARKER_VAR, describe, marked_processes, new_marker
+from ml_registry.spark_submit import terminate_process_tree
+
+# The root starts a child (same group) which starts a grandchild in a new session; the
+# grandchild ignores SIGTERM. Each prints its pid, then they all sleep.
+TREE = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    depth = int(sys.argv[1])
+    if depth == 2:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if depth < 2:
+        subprocess.Popen([sys.executable, "-c", sys.argv[2], str(depth + 1), sys.argv[2]],
+                         start_new_session=(depth == 1))
+    print(os.getpid(), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def start_tree(marker: str) -> subprocess.Popen:
+    root = subprocess.Popen(
+        [sys.executable, "-c", TREE, "0", TREE],
+        env={**os.environ, MARKER_VAR: marker},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while len(marked_processes(marker)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return root
+
+
+def test_kills_the_whole_tree_including_other_sessions_and_sigterm_ignorers(caplog):
+    marker = new_marker()
+    root = start_tree(marker)
+    tree = marked_processes(marker)
+    assert len(tree) == 3
+    assert len({os.getsid(p.pid) for p in tree}) == 2, "the grandchild should have escaped the session"
+    grandchild = next(p for p in tree if os.getsid(p.pid) != os.getsid(root.pid))
+    with caplog.at_level(logging.INFO):
+        found = terminate_process_tree(root.pid, grace_period=1.0, log=logging.getLogger(__name__))
+    root.wait(5)
+    assert sorted(found) == sorted(p.pid for p in tree)
+    assert describe(marked_processes(marker)) == []
+    # The SIGTERM-ignoring grandchild outlived the grace period: it needed the SIGKILL.
+    # (Its parent may be listed too: a zombie until something reaps it.)
+    killed = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(killed) == 1 and str(grandchild.pid) in killed[0].rsplit(":", 1)[1], killed
+
+
+def test_a_process_that_is_already_gone_is_not_an_error():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert terminate_process_tree(proc.pid, grace_period=0.1, log=logging.getLogger(__name__)) == []

@@ -1,0 +1,192 @@
+"""Training killed and retried: the DAGs' ``MlflowSparkSubmitOperator`` driven in-process.
+
+One training task, three attempts with the same arguments (as Airflow's retries would run
+it), all on two Horovod ranks over the shared curated partition:
+
+1. the task is killed (``on_kill``, what Airflow's SIGTERM handler calls) while the ranks
+   train: ``on_kill`` returns only when no process of the job is left;
+2. a Horovod rank is SIGKILLed mid-training: the job fails and logs no model;
+3. the retry succeeds: exactly one run of the three has a model.
+
+Every process of an attempt carries a marker in its environment (see faults_support), so
+a survivor is found even after it was re-parented or moved to a session of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+
+import psutil
+import pytest
+
+from faults_support import EXPERIMENT, MARKER_VAR, describe, marked_processes, new_marker, spark_conf, wait_for_no_orphans, wait_for_process
+from local_stack import REPO, VENV_BIN
+
+# Airflow's supervisor sends SIGKILL to a task this long after SIGTERM.
+AIRFLOW_KILL_ESCALATION_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def operator_env(faults_stack):
+    """Connections as deployments give them (environment), the venv's spark-submit on PATH."""
+    env = faults_stack.stack.env()
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("AIRFLOW_CONN_SPARK_DEFAULT", "AIRFLOW_CONN_MLFLOW_DEFAULT", "SPARK_LOCAL_IP", "PYSPARK_PYTHON"):
+            patch.setenv(name, env[name])
+        patch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+        yield
+
+
+def train_operator(faults_stack, ds: str, scenario: str, attempt: int, marker: str, env: dict[str, str] | None = None):
+    from ml_registry.spark_submit import MlflowSparkSubmitOperator
+
+    curated, run_dir = faults_stack.dataset("curated"), faults_stack.root / "_runs" / "faults" / scenario
+    return MlflowSparkSubmitOperator(
+        task_id="train_model",
+        application=str(REPO / "spark_jobs" / "entrypoints" / "train.py"),
+        py_files=str(faults_stack.archive),
+        conf=spark_conf(),
+        name="faults-train",
+        application_args=[
+            "--curated-root", str(curated), "--start-ds", ds, "--end-ds", ds,
+            "--work-dir", str(run_dir / "train"), "--output-manifest", str(run_dir / "train.json"),
+            "--experiment-name", EXPERIMENT, "--epochs", "1", "--num-ranks", "2",
+            "--tag", f"fault_scenario={scenario}", "--tag", f"attempt={attempt}",
+            # What the DAG tags every try of one task run with.
+            "--tag", f"airflow_run_id=faults__{scenario}",
+        ],
+        env_vars={MARKER_VAR: marker, **(env or {})},
+    )
+
+
+class Attempt:
+    """``execute`` in a thread, as the task's main code; the test plays Airflow around it."""
+
+    def __init__(self, operator) -> None:
+        self.operator, self.error = operator, None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.operator.execute({})
+        except BaseException as err:  # noqa: BLE001 - the outcome is what the test inspects
+            self.error = err
+
+    def join(self, timeout: float = 600) -> None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "execute did not return"
+
+
+def rank_process(marker: str, rank: str, timeout: float = 600) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in marked_processes(marker):
+            try:
+                if "gloo_exec_fn" in " ".join(proc.cmdline()) and proc.environ().get("HOROVOD_RANK") == rank:
+                    return proc
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.2)
+    raise TimeoutError(f"Horovod rank {rank} did not start")
+
+
+@pytest.fixture(scope="module")
+def training(faults_stack, base_partition, operator_env, mlflow_client):
+    scenario = uuid.uuid4().hex[:12]
+    seen: dict = {"scenario": scenario}
+
+    # 1. the task killed while the ranks train
+    marker = new_marker()
+    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 1, marker))
+    wait_for_process(marker, "gloo_exec_fn", timeout=600)
+    time.sleep(1)
+    seen["tree_before_kill"] = describe(marked_processes(marker))
+    started = time.monotonic()
+    attempt.operator.on_kill()
+    seen["on_kill_s"] = time.monotonic() - started
+    seen["left_when_on_kill_returned"] = describe(marked_processes(marker))
+    attempt.join()
+    seen["killed_error"] = attempt.error
+    time.sleep(5)  # nothing may come back either (a restarted worker, a late rank)
+    seen["left_after_5s"] = describe(marked_processes(marker))
+
+    # 2. rank 1 SIGKILLed while training. Rank 0 notices when its collective times out
+    # (Gloo's default is 30 s); 10 s only shortens the wait.
+    marker = new_marker()
+    gloo_timeout = {"HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}
+    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 2, marker, gloo_timeout))
+    rank = rank_process(marker, "1")
+    time.sleep(1)
+    rank.send_signal(signal.SIGKILL)
+    started = time.monotonic()
+    attempt.join()
+    seen["rank_failure_s"] = time.monotonic() - started
+    seen["rank_error"] = attempt.error
+    seen["rank_orphans"] = wait_for_no_orphans(marker, timeout=30)
+
+    # 3. the retry
+    marker = new_marker()
+    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 3, marker))
+    attempt.join()
+    seen["retry_error"] = attempt.error
+    seen["retry_orphans"] = wait_for_no_orphans(marker, timeout=30)
+    manifest = faults_stack.root / "_runs" / "faults" / scenario / "train.json"
+    seen["manifest"] = json.loads(manifest.read_text()) if manifest.exists() else None
+
+    experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
+    runs = mlflow_client.search_runs([experiment.experiment_id], f"tags.fault_scenario = '{scenario}'")
+    seen["runs"] = {
+        int(run.data.tags["attempt"]): {
+            "run_id": run.info.run_id,
+            "status": run.info.status,
+            "models": [
+                m.status
+                for m in mlflow_client.search_logged_models(
+                    experiment_ids=[experiment.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'"
+                )
+            ],
+        }
+        for run in runs
+    }
+    return seen
+
+
+def test_killed_task_leaves_no_process_of_the_job(training):
+    assert any("gloo_exec_fn" in line for line in training["tree_before_kill"]), training["tree_before_kill"]
+    # Each attempt's SIGTERM handler must finish before Airflow escalates to SIGKILL.
+    assert training["on_kill_s"] < AIRFLOW_KILL_ESCALATION_S
+    assert training["left_when_on_kill_returned"] == []
+    assert training["left_after_5s"] == []
+    assert training["killed_error"] is not None
+
+
+def test_killed_rank_fails_the_job_and_leaves_nothing_running(training):
+    assert training["rank_error"] is not None, "the job succeeded although a rank was killed"
+    assert training["rank_orphans"] == []
+
+
+def test_no_model_is_logged_for_the_killed_attempts(training):
+    runs = training["runs"]
+    for attempt in (1, 2):
+        if attempt in runs:  # the run is created before the ranks start, so it exists
+            assert runs[attempt]["models"] == [], f"attempt {attempt} logged a model: {runs[attempt]}"
+    # The killed driver never ended its run: the retry closed it. The failed job ended its own.
+    if 1 in runs:
+        assert runs[1]["status"] == "KILLED", runs[1]
+    assert runs[2]["status"] == "FAILED", runs[2]
+
+
+def test_retry_produces_exactly_one_run_with_a_model(training):
+    assert training["retry_error"] is None, training["retry_error"]
+    assert training["retry_orphans"] == []
+    with_model = [a for a, run in training["runs"].items() if run["models"]]
+    assert with_model == [3]
+    assert training["runs"][3]["models"] == ["READY"]
+    assert training["runs"][3]["status"] == "FINISHED"
+    assert training["manifest"]["run_id"] == training["runs"][3]["run_id"]
