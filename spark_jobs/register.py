@@ -12,11 +12,15 @@ Re-running for the same training run reuses the version it registered instead of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import os
+import socket
 import json
 import logging
 import sys
 import time
+import uuid
 
 from spark_jobs.dataset import filter_holdout_rows
 from spark_jobs.inference import accuracy, with_predictions
@@ -35,6 +39,8 @@ TAG_PROMOTED_AT = "champion_promoted_at"
 # (plugins/ml_registry/alias_history.py): a JSON list, oldest first, of
 # {"version": "3", "since": "<ISO-8601 UTC>"}.
 CHAMPION_HISTORY_TAG = f"{CHAMPION}_history"
+# A registered model of this name exists while a job moves ``champion`` (promotion_lock).
+PROMOTION_LOCK_SUFFIX = ".promotion-lock"
 
 
 def promotion_decision(
@@ -64,7 +70,11 @@ def find_or_register_version(client, model_name: str, model_uri: str, run_id: st
     try:
         client.get_registered_model(model_name)
     except MlflowException:
-        client.create_registered_model(model_name)
+        try:
+            client.create_registered_model(model_name)
+        except MlflowException as err:  # created by a concurrent registration meanwhile
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
     existing = client.search_model_versions(f"name = '{model_name}' and run_id = '{run_id}'")
     if existing:
         version = max(existing, key=lambda v: int(v.version))
@@ -97,17 +107,69 @@ def appended_history(history_json: str | None, version: str, since: dt.datetime)
     return json.dumps([*history, {"version": str(version), "since": since.isoformat()}])
 
 
+@contextlib.contextmanager
+def promotion_lock(client, model_name: str, *, timeout_s: float = 600, stale_after_s: float = 900, poll_s: float = 1.0):
+    """Hold the model's promotion lock: one job at a time moves ``champion``.
+
+    Moving the alias and appending to the history tag is a read-modify-write that MLflow
+    cannot do atomically; two registrations at once (two deployments, a manual run, a
+    pool misconfigured) would lose one history entry. Creating a registered model is
+    atomic in the registry's database (its name is unique), so the job that creates
+    ``<model>.promotion-lock`` holds the lock, and deletes it when done. A lock older than
+    ``stale_after_s`` (its holder died) is broken; waiting longer than ``timeout_s`` fails.
+    """
+    from mlflow.exceptions import MlflowException
+
+    lock_name = f"{model_name}{PROMOTION_LOCK_SUFFIX}"
+    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.create_registered_model(
+                lock_name, tags={"holder": holder}, description=f"promotion lock of {model_name}, held by {holder}"
+            )
+            break
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        try:
+            held = client.get_registered_model(lock_name)
+        except MlflowException:
+            continue  # released meanwhile: try again at once
+        if held.tags.get("holder") == holder:
+            break  # our create went through but its reply was lost, and the client retried it
+        age_s = time.time() - held.creation_timestamp / 1000
+        if age_s > stale_after_s:
+            log.warning("breaking the promotion lock of %s held by %s for %.0f s", model_name, held.tags.get("holder"), age_s)
+            with contextlib.suppress(MlflowException):
+                client.delete_registered_model(lock_name)
+            continue
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"promotion lock {lock_name!r} still held by {held.tags.get('holder')} after {timeout_s:.0f} s; "
+                f"delete that registered model if its holder is gone"
+            )
+        log.info("waiting for the promotion lock of %s (held by %s)", model_name, held.tags.get("holder"))
+        time.sleep(poll_s)
+    try:
+        yield
+    finally:
+        client.delete_registered_model(lock_name)
+
+
 def promote_to_champion(client, model_name: str, version: str, promoted_at: dt.datetime) -> None:
-    """Move ``champion``, then record the move in the model's promotion history.
+    """Move ``champion``, then record the move in the model's promotion history, under
+    the model's promotion lock so that concurrent promotions do not lose an entry.
 
     The alias moves first: if the tag write fails, the retried task records the move a
     little late rather than a promotion that never happened being on record.
     """
-    client.set_registered_model_alias(model_name, CHAMPION, version)
-    tags = client.get_registered_model(model_name).tags
-    client.set_registered_model_tag(
-        model_name, CHAMPION_HISTORY_TAG, appended_history(tags.get(CHAMPION_HISTORY_TAG), version, promoted_at)
-    )
+    with promotion_lock(client, model_name):
+        client.set_registered_model_alias(model_name, CHAMPION, version)
+        tags = client.get_registered_model(model_name).tags
+        client.set_registered_model_tag(
+            model_name, CHAMPION_HISTORY_TAG, appended_history(tags.get(CHAMPION_HISTORY_TAG), version, promoted_at)
+        )
     client.set_model_version_tag(model_name, version, TAG_PROMOTED_AT, promoted_at.isoformat())
 
 
