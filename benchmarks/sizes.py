@@ -17,15 +17,15 @@ class Sizes:
     # Scoring: the measured partition, the partition the settings are tuned on, the
     # partition for the per-batch-load and closure UDFs (slow by design), Parquet files.
     score_rows: int = 200_000
-    score_tune_rows: int = 40_000
-    score_naive_rows: int = 20_000
+    score_tune_rows: int = 20_000
+    score_naive_rows: int = 10_000
     score_files: int = 8
     score_tuning: str = "on"  # "off": Spark's defaults, no tuning grid
     # Training: curated rows in the window (20 % are held out), epochs per run.
-    train_rows: int = 12_000
+    train_rows: int = 8_000
     train_epochs: int = 2
-    # Ingest: rows of the raw CSV drop (40k rows are 80 MB of CSV).
-    ingest_rows: int = 40_000
+    # Ingest: rows of the raw CSV drop (20k rows are 40 MB of CSV).
+    ingest_rows: int = 20_000
     # Orchestration: the DAG timed per task, rows per daily drop it processes.
     orchestration_dag: str = "ml_nightly_retrain"
     orchestration_rows: int = 5000
@@ -33,7 +33,7 @@ class Sizes:
     # per-day median times N gives the daily wall time of longer ranges).
     backfill_days: str = "1,7,30"
     backfill_rows_per_day: int = 2000
-    backfill_daily_submits: int = 7
+    backfill_daily_submits: int = 3
 
 
 PRESETS = {
