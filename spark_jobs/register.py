@@ -157,20 +157,40 @@ def promotion_lock(client, model_name: str, *, timeout_s: float = 600, stale_aft
         client.delete_registered_model(lock_name)
 
 
-def promote_to_champion(client, model_name: str, version: str, promoted_at: dt.datetime) -> None:
+def superseded_by(history_json: str | None, version: str) -> str | None:
+    """The version that replaced ``version`` as champion, if ``version`` held it before.
+
+    A retried (or re-run) registration of an older training run must not move ``champion``
+    back to it once a newer version was promoted: a rollback is a deliberate alias move.
+    """
+    history = json.loads(history_json) if history_json else []
+    if not history or str(history[-1]["version"]) == str(version):
+        return None
+    if any(str(entry["version"]) == str(version) for entry in history):
+        return str(history[-1]["version"])
+    return None
+
+
+def promote_to_champion(client, model_name: str, version: str, promoted_at: dt.datetime) -> str | None:
     """Move ``champion``, then record the move in the model's promotion history, under
     the model's promotion lock so that concurrent promotions do not lose an entry.
+    Returns why the alias was not moved (``None`` when it was, or already pointed there).
 
     The alias moves first: if the tag write fails, the retried task records the move a
     little late rather than a promotion that never happened being on record.
     """
     with promotion_lock(client, model_name):
+        history_json = client.get_registered_model(model_name).tags.get(CHAMPION_HISTORY_TAG)
+        if (newer := superseded_by(history_json, version)) is not None:
+            refusal = f"version {version} was champion before and was replaced by version {newer}; not moved back"
+            log.warning("%s %s", model_name, refusal)
+            return refusal
         client.set_registered_model_alias(model_name, CHAMPION, version)
-        tags = client.get_registered_model(model_name).tags
         client.set_registered_model_tag(
-            model_name, CHAMPION_HISTORY_TAG, appended_history(tags.get(CHAMPION_HISTORY_TAG), version, promoted_at)
+            model_name, CHAMPION_HISTORY_TAG, appended_history(history_json, version, promoted_at)
         )
     client.set_model_version_tag(model_name, version, TAG_PROMOTED_AT, promoted_at.isoformat())
+    return None
 
 
 def current_champion(client, model_name: str):
@@ -263,8 +283,8 @@ def main(argv: list[str] | None = None) -> None:
         client.set_model_version_tag(args.model_name, version.version, "validation_reason", reason)
         client.set_registered_model_alias(args.model_name, CHALLENGER, version.version)
         promoted = passed and args.promote
-        if promoted:
-            promote_to_champion(client, args.model_name, str(version.version), args.promoted_at)
+        if promoted and (refusal := promote_to_champion(client, args.model_name, str(version.version), args.promoted_at)):
+            promoted, reason = False, f"{reason}; {refusal}"
         log.info(
             "registered %s version %s as %s%s: %s",
             args.model_name,

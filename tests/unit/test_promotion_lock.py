@@ -85,3 +85,19 @@ def test_concurrent_promotions_keep_every_move_in_the_history(client):
     assert sorted(e["version"] for e in history) == ["2", "3", "4"]
     assert str(model.aliases["champion"]) == history[-1]["version"]
     assert not lock_exists(client)
+
+
+def test_a_version_replaced_as_champion_is_not_moved_back(client):
+    model = "rollback_test_model"
+    client.create_registered_model(model)
+    for _ in range(2):
+        client.create_model_version(model, source="/nonexistent")
+    day = dt.datetime(2026, 11, 1, 2, tzinfo=dt.timezone.utc)
+    assert promote_to_champion(client, model, "1", day) is None
+    assert promote_to_champion(client, model, "1", day) is None  # retried while still champion
+    assert promote_to_champion(client, model, "2", day + dt.timedelta(days=1)) is None
+    refusal = promote_to_champion(client, model, "1", day + dt.timedelta(days=2))  # retried after being replaced
+    assert refusal == "version 1 was champion before and was replaced by version 2; not moved back"
+    registered = client.get_registered_model(model)
+    assert str(registered.aliases["champion"]) == "2"
+    assert [e["version"] for e in json.loads(registered.tags[CHAMPION_HISTORY_TAG])] == ["1", "2"]
