@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import os
-import socket
 import json
 import logging
+import os
+import socket
 import sys
 import time
 import uuid
@@ -157,18 +157,18 @@ def promotion_lock(client, model_name: str, *, timeout_s: float = 600, stale_aft
         client.delete_registered_model(lock_name)
 
 
-def superseded_by(history_json: str | None, version: str) -> str | None:
-    """The version that replaced ``version`` as champion, if ``version`` held it before.
+def superseded_by(history_json: str | None, version: str, champion_now: str | None) -> str | None:
+    """Why ``version`` must not become champion again, or ``None``.
 
-    A retried (or re-run) registration of an older training run must not move ``champion``
-    back to it once a newer version was promoted: a rollback is a deliberate alias move.
+    A version that held ``champion`` before (it is in the history) and no longer holds it
+    was replaced or rolled back on purpose: a retried (or re-run) registration of its
+    training run must not move the alias back to it. Promoting the current champion again
+    is a no-op, and a version never promoted is not affected.
     """
     history = json.loads(history_json) if history_json else []
-    if not history or str(history[-1]["version"]) == str(version):
+    if str(version) == str(champion_now) or all(str(entry["version"]) != str(version) for entry in history):
         return None
-    if any(str(entry["version"]) == str(version) for entry in history):
-        return str(history[-1]["version"])
-    return None
+    return f"version {version} was champion before and no longer is (champion now: {champion_now or 'none'}); not moved back"
 
 
 def promote_to_champion(client, model_name: str, version: str, promoted_at: dt.datetime) -> str | None:
@@ -180,9 +180,10 @@ def promote_to_champion(client, model_name: str, version: str, promoted_at: dt.d
     little late rather than a promotion that never happened being on record.
     """
     with promotion_lock(client, model_name):
-        history_json = client.get_registered_model(model_name).tags.get(CHAMPION_HISTORY_TAG)
-        if (newer := superseded_by(history_json, version)) is not None:
-            refusal = f"version {version} was champion before and was replaced by version {newer}; not moved back"
+        model = client.get_registered_model(model_name)
+        history_json = model.tags.get(CHAMPION_HISTORY_TAG)
+        champion_now = model.aliases.get(CHAMPION)
+        if refusal := superseded_by(history_json, version, None if champion_now is None else str(champion_now)):
             log.warning("%s %s", model_name, refusal)
             return refusal
         client.set_registered_model_alias(model_name, CHAMPION, version)

@@ -97,7 +97,12 @@ def test_a_version_replaced_as_champion_is_not_moved_back(client):
     assert promote_to_champion(client, model, "1", day) is None  # retried while still champion
     assert promote_to_champion(client, model, "2", day + dt.timedelta(days=1)) is None
     refusal = promote_to_champion(client, model, "1", day + dt.timedelta(days=2))  # retried after being replaced
-    assert refusal == "version 1 was champion before and was replaced by version 2; not moved back"
+    assert refusal == "version 1 was champion before and no longer is (champion now: 2); not moved back"
     registered = client.get_registered_model(model)
     assert str(registered.aliases["champion"]) == "2"
     assert [e["version"] for e in json.loads(registered.tags[CHAMPION_HISTORY_TAG])] == ["1", "2"]
+    # An operator rolls champion back to 1 by hand; a retry of 2's registration keeps that.
+    client.set_registered_model_alias(model, "champion", "1")
+    refusal = promote_to_champion(client, model, "2", day + dt.timedelta(days=3))
+    assert refusal == "version 2 was champion before and no longer is (champion now: 1); not moved back"
+    assert str(client.get_registered_model(model).aliases["champion"]) == "1"
