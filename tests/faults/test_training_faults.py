@@ -176,9 +176,12 @@ def test_no_model_is_logged_for_the_killed_attempts(training):
     for attempt in (1, 2):
         if attempt in runs:  # the run is created before the ranks start, so it exists
             assert runs[attempt]["models"] == [], f"attempt {attempt} logged a model: {runs[attempt]}"
-    # The killed driver never ended its run: the retry closed it. The failed job ended its own.
+    # The killed attempt's run is not left RUNNING: either the retry closed it as KILLED
+    # (the driver died before ending it), or the driver ended it as FAILED itself (its JVM,
+    # signalled a moment earlier, was gone and the Spark call in flight raised). Which one
+    # happens is a race between the signals; close_abandoned_runs has its own unit test.
     if 1 in runs:
-        assert runs[1]["status"] == "KILLED", runs[1]
+        assert runs[1]["status"] in ("KILLED", "FAILED"), runs[1]
     assert runs[2]["status"] == "FAILED", runs[2]
 
 
