@@ -14,6 +14,7 @@ Nothing here reads the wall clock.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -40,9 +41,22 @@ def window_start_ds(end_ds: str, days: int) -> str:
     return (date.fromisoformat(end_ds) - timedelta(days=days - 1)).isoformat()
 
 
+# Room for the hash and a file system's 255-byte limit on one name.
+_RUN_KEY_READABLE_MAX = 200
+
+
 def run_key(run_id: str) -> str:
-    """A run id usable as one path segment on every file system (no ':' or '+')."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_id)
+    """One path segment per run id (its scratch folder, checkpoints, Spark app name).
+
+    The readable part keeps ASCII letters, digits, ``-``, ``_`` and ``.``; anything else
+    (``:``, ``+``, ``/``, spaces) becomes ``_``, so different run ids can read the same
+    (``a+b``, ``a_b``). A hash of the whole run id follows it, so distinct runs never share
+    a folder: a cleared run must not resume another run's checkpoints.
+    """
+    readable = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_.") else "_" for ch in run_id)
+    readable = readable.strip("._-")[:_RUN_KEY_READABLE_MAX] or "run"
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{readable}-{digest}"
 
 
 MACROS = {"partition_ds": partition_ds, "run_time": run_time, "window_start_ds": window_start_ds, "run_key": run_key}

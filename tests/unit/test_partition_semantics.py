@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pendulum
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from ml_platform.partitions import partition_ds, run_key, window_start_ds
 
@@ -42,8 +45,39 @@ def test_window_start():
         window_start_ds("2026-11-28", 0)
 
 
-def test_run_key_is_a_safe_path_segment():
-    assert run_key("scheduled__2026-11-29T02:00:00+00:00") == "scheduled__2026-11-29T02_00_00_00_00"
+SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def assert_safe_segment(key: str) -> None:
+    assert SAFE_SEGMENT.match(key), key
+    assert len(key.encode()) <= 255 and key not in (".", "..")
+
+
+def test_run_key_is_a_readable_safe_path_segment():
+    key = run_key("scheduled__2026-11-29T02:00:00+00:00")
+    assert key.startswith("scheduled__2026-11-29T02_00_00_00_00-")
+    assert_safe_segment(key)
+
+
+def test_run_ids_that_sanitize_alike_get_different_keys():
+    """A cleared run must never find another run's checkpoints or scratch files."""
+    assert len({run_key("a+b"), run_key("a_b"), run_key("a:b"), run_key("a b")}) == 4
+    assert run_key("manual__2026-11-29T02:00:00+00:00") != run_key("manual__2026-11-29T02_00_00_00_00")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.text())
+def test_distinct_run_ids_give_distinct_safe_keys(first, second):
+    assume(first != second)
+    assert run_key(first) != run_key(second)
+    assert_safe_segment(run_key(first))
+    assert_safe_segment(run_key(second))
+    assert run_key(first) == run_key(first)
+
+
+@given(st.text(alphabet="._-:+/ ", max_size=300) | st.text(min_size=240, max_size=400))
+def test_degenerate_and_long_run_ids_give_safe_keys(run_id):
+    assert_safe_segment(run_key(run_id))
 
 
 def test_run_time_is_the_logical_date_else_run_after():
