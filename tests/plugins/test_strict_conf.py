@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fastapi import FastAPI, Request
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -42,3 +43,67 @@ def test_declared_keys_pass_through_with_the_body_intact(client):
 
 def test_dags_without_params_and_other_routes_are_untouched(client):
     assert client.post("/api/v2/dags/other/dagRuns", json={"conf": {"x": 1}}).status_code == 200
+
+
+def airflow_like_app(root_path: str) -> TestClient:
+    """A FastAPI app built the way Airflow builds its API server.
+
+    Airflow passes the path of ``[api] base_url`` as FastAPI's ``root_path`` and adds plugin
+    middlewares to that app, so the middleware sees ``scope["path"]`` with the prefix and
+    ``scope["root_path"]`` set to it. (``Request`` is imported at module level: FastAPI
+    resolves the endpoints' string annotations in this module's globals.)
+    """
+    app = FastAPI(root_path=root_path)
+
+    @app.post("/api/v2/dags/{dag_id}/dagRuns")
+    async def trigger(dag_id: str, request: Request) -> dict:
+        return {"dag_id": dag_id, "received": (await request.json()).get("conf")}
+
+    @app.post("/api/v2/backfills")
+    @app.post("/api/v2/backfills/dry_run")
+    async def backfill(request: Request) -> dict:
+        return {"received": (await request.json()).get("dag_run_conf")}
+
+    app.add_middleware(StrictConfMiddleware)
+    return TestClient(app)
+
+
+@pytest.fixture()
+def declared(monkeypatch):
+    monkeypatch.setattr(strict_conf, "declared_params", lambda dag_id: {"epochs", "promote"} if dag_id == "train" else set())
+
+
+@pytest.mark.parametrize("root_path", ["", "/airflow", "/team-a/airflow"])
+@pytest.mark.parametrize(
+    "route",
+    ["/api/v2/dags/train/dagRuns", "/api/v2/dags/train/dagRuns/", "/api/v2/dags/tr%61in/dagRuns"],
+)
+def test_unknown_key_is_refused_under_any_deployment_prefix(declared, root_path, route):
+    client = airflow_like_app(root_path)
+    response = client.post(root_path + route, json={"conf": {"epochs": 2, "jars": "evil.jar"}})
+    assert response.status_code == 400, response.text
+    assert "'jars'" in response.json()["detail"]
+
+
+def test_prefix_stripped_by_a_proxy_is_still_the_trigger_route(declared):
+    client = airflow_like_app("/airflow")
+    response = client.post("/api/v2/dags/train/dagRuns", json={"conf": {"jars": "evil.jar"}})
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize("root_path", ["", "/airflow"])
+@pytest.mark.parametrize("route", ["/api/v2/backfills", "/api/v2/backfills/dry_run"])
+def test_backfill_conf_meets_the_same_rule(declared, root_path, route):
+    client = airflow_like_app(root_path)
+    body = {"dag_id": "train", "from_date": "2024-01-01T00:00:00Z", "to_date": "2024-01-02T00:00:00Z"}
+    refused = client.post(root_path + route, json={**body, "dag_run_conf": {"epochs": 1, "packages": "x"}})
+    assert refused.status_code == 400 and "'packages'" in refused.json()["detail"]
+    accepted = client.post(root_path + route, json={**body, "dag_run_conf": {"epochs": 1}})
+    assert accepted.status_code == 200 and accepted.json() == {"received": {"epochs": 1}}
+
+
+def test_prefixed_declared_keys_and_other_routes_pass_through(declared):
+    client = airflow_like_app("/airflow")
+    accepted = client.post("/airflow/api/v2/dags/train/dagRuns", json={"conf": {"epochs": 2}})
+    assert accepted.status_code == 200 and accepted.json() == {"dag_id": "train", "received": {"epochs": 2}}
+    assert client.post("/airflow/api/v2/dags/other/dagRuns", json={"conf": {"x": 1}}).status_code == 200
