@@ -146,6 +146,27 @@ def receive_raw_drop(cfg: PlatformConfig, ds: str) -> list[BaseOperator]:
     return [wait, stage]
 
 
+def raw_drop_file_name(blob_name: str, prefix: str) -> str:
+    """Where a landed blob goes below the raw partition: its name without the day's prefix.
+
+    Blob names come from the landing container, which parties outside the platform write
+    to, and the name is joined onto the partition as a path. A name with an empty (absolute
+    or ``//``), ``.`` or ``..`` segment, a backslash (a separator to Windows tools; Azurite
+    itself lists ``a\\..\\b`` as ``a/../b``) or a NUL could land outside the partition, or
+    somewhere other than it says: ValueError naming the blob. Names are never percent-
+    decoded, so ``%2e%2e`` is a file of that name.
+    """
+    if not blob_name.startswith(prefix):
+        raise ValueError(f"landed blob {blob_name!r} is not under the day's prefix {prefix!r}")
+    relative = blob_name[len(prefix):]
+    if "\\" in relative or "\x00" in relative or any(s in ("", ".", "..") for s in relative.split("/")):
+        raise ValueError(
+            f"landed blob {blob_name!r} is not a plain path below {prefix!r} "
+            "(empty, '.' or '..' segment, leading '/', backslash or NUL): rename or remove it"
+        )
+    return relative
+
+
 def stage_raw_drop(cfg: PlatformConfig, ds: str):
     """Copy the day's blobs from the landing container into the raw partition of the storage root."""
 
@@ -167,11 +188,20 @@ def stage_raw_drop(cfg: PlatformConfig, ds: str):
         source = f"{cfg.landing_container}/{prefix}"
         if not blobs:
             raise FileNotFoundError(f"no blobs under {source} in connection {cfg.landing_conn_id!r}")
+        # Every name is checked before anything is copied: a refused drop leaves the partition as it was.
+        names, refused = {}, []
+        for blob in blobs:
+            try:
+                names[blob.name] = raw_drop_file_name(blob.name, prefix)
+            except ValueError as error:
+                refused.append(str(error))
+        if refused:
+            raise AirflowFailException(f"refusing the drop under {source}: " + "; ".join(refused))
         target = storage_path(cfg, raw_uri)
         target.mkdir(parents=True, exist_ok=True)
         staged: dict[str, int] = {}
         for blob in blobs:
-            relative = blob.name.removeprefix(prefix)
+            relative = names[blob.name]
             destination = target / relative
             destination.parent.mkdir(parents=True, exist_ok=True)
             with destination.open("wb") as out:

@@ -110,3 +110,23 @@ def test_stage_copies_the_drop_to_the_partition_ingest_reads(nightly, landing, d
     again = stage.execute(context)
     assert (again["files"], again["removed"]) == (1, 1)
     assert read_partition(again["destination"]) == {"part-0.csv": drop["part-0.csv"]}
+
+
+@pytest.mark.parametrize("escaping", ["a\\..\\..\\escaped.csv", "/{tmp}/absolute.csv"])
+def test_a_blob_name_leaving_the_partition_fails_the_stage_and_copies_nothing(
+    nightly, landing, drop, tmp_path, escaping
+):
+    """Azurite lists ``a\\..\\..\\x`` as ``a/../../x``; ``<prefix>//abs`` is an absolute path."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    data = tmp_path / "data"
+    stage = nightly(ML_STORAGE_ROOT=str(data)).get_task("stage_raw_drop")
+    escaping = escaping.format(tmp=str(tmp_path).strip("/"))
+    upload(landing, {**drop, escaping: b"not a drop file"})
+    context = render(stage)
+
+    with pytest.raises(AirflowFailException) as refused:
+        stage.execute(context)
+    assert repr(PREFIX + escaping.replace("\\", "/")) in str(refused.value)
+    staged = [p for p in data.rglob("*") if p.is_file()] if data.exists() else []
+    assert staged == [] and list(tmp_path.rglob("escaped.csv")) == [] and not (tmp_path / "absolute.csv").exists()
