@@ -16,7 +16,8 @@ so a failed rank never leaves a partial model behind.
 
 With ``--checkpoint-dir`` (any fsspec URL: a local path, ``abfs://container/path`` through
 adlfs, ...) rank 0 also writes a checkpoint after every epoch, and a restarted job (an
-Airflow retry) resumes from the latest one instead of epoch 1. Credentials for remote
+Airflow retry) resumes from the latest one instead of epoch 1; once the model is logged,
+the driver removes them, so a run cleared after success trains again. Credentials for remote
 storage come from the environment (adlfs reads ``AZURE_STORAGE_CONNECTION_STRING``),
 never from the command line.
 """
@@ -111,6 +112,8 @@ class Checkpoints:
     A checkpoint holds the model and optimizer state, the epoch and the metrics history so
     far. It is written under a temporary name and then moved into place, so a job killed
     while writing leaves the previous checkpoint as the latest; older ones are removed.
+    They serve the retries of one unfinished run only: once its model is logged, the job
+    removes them all (:meth:`remove_all`).
     """
 
     NAME = re.compile(r"^epoch-(\d+)\.pt$")
@@ -154,6 +157,27 @@ class Checkpoints:
         for older in self.epochs():
             if older < epoch:
                 self.fs.rm(self._path(older))
+
+    def remove_all(self) -> list[int]:
+        """Remove this run's checkpoints and partial writes; return the epochs removed.
+
+        A run cleared after success then trains from scratch instead of resuming after its
+        last epoch and logging the old weights as a new model. Only files this class writes
+        are removed, never the folder with anything else in it (a URL given by hand may
+        name a container); an emptied local folder goes too.
+        """
+        epochs = self.epochs()
+        try:
+            names = self.fs.ls(self.root, detail=False)
+        except FileNotFoundError:
+            return epochs
+        for name in names:
+            base = posixpath.basename(name.rstrip("/"))
+            if self.NAME.match(base) or self.NAME.match(base.removesuffix(".partial")):
+                self.fs.rm(name)
+        if "file" in self.fs.protocol and not self.fs.ls(self.root, detail=False):
+            self.fs.rmdir(self.root)
+        return epochs
 
 
 # --- the per-rank loop and the collectives it needs -------------------------------------
@@ -608,4 +632,7 @@ def train_and_log(spark, args, config, train_df, shard_files, num_ranks, train_r
         )
         rank0 = run_ranks(args.backend, spark, config, shard_files, num_ranks, run.info.run_id)
         model_uri = log_trained_model(rank0["state_dict"], train_df)
+    if config.checkpoint_dir:
+        removed = Checkpoints(config.checkpoint_dir).remove_all()
+        log.info("model logged; removed the checkpoints of epochs %s from %s", removed, config.checkpoint_dir)
     return run, rank0, model_uri

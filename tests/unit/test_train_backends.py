@@ -3,7 +3,8 @@
 ``spark_jobs.train.main`` stops its SparkSession, so each run is a real ``spark-submit``
 on ``local[2]`` with the job archive on ``--py-files``, logging to a real MLflow server.
 Each backend must give the same outputs: a manifest naming the backend, an MLflow run
-with its params and per-epoch metrics from rank 0, and a model that loads and predicts.
+with its params and per-epoch metrics from rank 0, and a model that loads and predicts;
+and, once the model is logged, no checkpoint left behind.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def submit_training(stack: dict, backend: str) -> tuple[subprocess.CompletedProc
         "--backend", backend,
         "--epochs", str(EPOCHS),
         "--num-ranks", "2",
+        "--checkpoint-dir", str(work / "checkpoints"),
     ]
     started = time.monotonic()
     proc = stack["stack"].spark_submit("train", args, archive=stack["archive"], cwd=work, timeout=SUBMIT_TIMEOUT_S)
@@ -121,3 +123,19 @@ def test_backends_run_the_same_training(trained):
     assert torch_manifest["train_rows"] == horovod_manifest["train_rows"]
     for key in ("train_loss", "train_accuracy"):
         assert torch_manifest["final_metrics"][key] == pytest.approx(horovod_manifest["final_metrics"][key], rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["torch_distributor", "horovod"])
+def test_a_finished_run_leaves_no_checkpoint_to_resume_from(training_stack, trained, backend):
+    """A successful run cleared in Airflow must train again: with its last checkpoint left
+    behind it would resume after the last epoch, train nothing and register the old weights
+    as a new version."""
+    from spark_jobs.train import Checkpoints
+
+    proc, manifest = trained(backend)
+    assert manifest["resumed_from_epoch"] == 0
+    checkpoint_dir = training_stack["root"] / backend / "checkpoints"
+    assert Checkpoints(str(checkpoint_dir)).latest_epoch() == 0
+    assert not checkpoint_dir.exists()
+    # Not vacuous: rank 0 did checkpoint; the driver removed them after logging the model.
+    assert f"removed the checkpoints of epochs [{EPOCHS}]" in proc.stdout + proc.stderr
