@@ -19,9 +19,10 @@ def build_spark_session(
 ) -> SparkSession:
     """Return the session for a job; master and resources come from spark-submit.
 
-    Dynamic partition overwrite makes ``mode("overwrite").partitionBy("ds")`` replace only
-    the partitions present in the written DataFrame, so re-running a day never touches
-    (or duplicates) the others. ``master`` and ``extra_conf`` are for tests and notebooks.
+    Jobs replace partitions only through :func:`spark_jobs.partitions.replace_partitions`
+    (staged, then swapped in atomically). Dynamic partition overwrite stays on as a guard:
+    a stray ``mode("overwrite").partitionBy("ds")`` then replaces only the days it writes
+    instead of wiping the dataset. ``master`` and ``extra_conf`` are for tests and notebooks.
     """
     builder = (
         SparkSession.builder.appName(app_name)

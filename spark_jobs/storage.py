@@ -35,6 +35,65 @@ def delete_path(spark: SparkSession, path: str) -> None:
     fs.delete(hadoop_path, True)
 
 
+def local_os_path(spark: SparkSession, path: str) -> str | None:
+    """The operating-system path behind ``path`` when its file system is the local one
+    (a plain path or ``file:``), else None: callers then use the Hadoop calls below."""
+    fs, hadoop_path = _fs_and_path(spark, path)
+    if fs.getScheme() != "file":
+        return None
+    return str(fs.makeQualified(hadoop_path).toUri().getPath())
+
+
+def list_children(spark: SparkSession, folder: str) -> list[tuple[str, bool]]:
+    """``(name, is_directory)`` of each entry directly in ``folder``; empty when it is absent."""
+    fs, hadoop_path = _fs_and_path(spark, folder)
+    if not fs.exists(hadoop_path):
+        return []
+    return [(status.getPath().getName(), bool(status.isDirectory())) for status in fs.listStatus(hadoop_path)]
+
+
+def rename_path(spark: SparkSession, src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst``, which must not exist: Hadoop moves a directory *into* an
+    existing ``dst`` directory, so callers check first. Raises when the rename fails."""
+    fs, src_path = _fs_and_path(spark, src)
+    if not fs.rename(src_path, spark.sparkContext._jvm.org.apache.hadoop.fs.Path(dst)):
+        raise OSError(f"could not rename {src} to {dst}")
+
+
+def make_dirs(spark: SparkSession, path: str) -> None:
+    fs, hadoop_path = _fs_and_path(spark, path)
+    fs.mkdirs(hadoop_path)
+
+
+def read_text(spark: SparkSession, path: str) -> str:
+    """A small UTF-8 file read directly through the file system (no Spark job)."""
+    fs, hadoop_path = _fs_and_path(spark, path)
+    stream = fs.open(hadoop_path)
+    try:
+        return bytes(stream.readAllBytes()).decode("utf-8")
+    finally:
+        stream.close()
+
+
+def write_text(spark: SparkSession, path: str, text: str, *, overwrite: bool = True) -> bool:
+    """Write a small UTF-8 file. With ``overwrite=False`` returns False when ``path`` exists
+    (an atomic create-if-absent on HDFS; a check, then a create, on object stores)."""
+    fs, hadoop_path = _fs_and_path(spark, path)
+    if not overwrite and fs.exists(hadoop_path):
+        return False
+    try:
+        stream = fs.create(hadoop_path, overwrite)
+    except Exception as err:  # py4j wraps org.apache.hadoop.fs.FileAlreadyExistsException
+        if not overwrite and "FileAlreadyExistsException" in str(err):
+            return False
+        raise
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+    return True
+
+
 def read_head(spark: SparkSession, path: str, max_bytes: int) -> bytes:
     """The first ``max_bytes`` of a file as Spark's text reader sees them: decompressed when
     the name ends in a Hadoop codec suffix (``.gz``, ``.bz2``, ...). A corrupt or truncated
