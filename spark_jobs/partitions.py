@@ -249,6 +249,9 @@ def _finish_abandoned(tree: _Tree) -> None:
             _swap_day(tree, journal, ds)
         tree.delete(f"{_TXN_DIR}/{name}")
         tree.delete(journal["staging"])
+    for name, is_dir in tree.listdir(_TXN_DIR):
+        if not is_dir and name.endswith(".json.tmp"):  # killed before its commit: nothing to complete
+            tree.delete(f"{_TXN_DIR}/{name}")
 
 
 def _remove_dead_staging(tree: _Tree) -> None:

@@ -171,8 +171,10 @@ def test_staging_of_dead_writers_is_removed_and_a_live_writers_kept(spark, tmp_p
         staged = root / "_staging" / owner["job"]
         (staged / "data" / f"ds={D2}").mkdir(parents=True)
         (staged / "owner.json").write_text(json.dumps(owner))
+    (root / "_txn" / ".0000000000002-0000000000002-dead.json.tmp").write_text("{")  # killed before its commit
     replace_partitions(days_df(spark, "v2", {D1: 1}), str(root))
     assert sorted(os.listdir(root / "_staging")) == [me["job"], remote_new["job"]]
+    assert sorted(os.listdir(root / "_txn")) == ["swap.lock"]
     assert seen(spark, root) == {D1: {"v2": 1}}
 
 
