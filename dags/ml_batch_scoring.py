@@ -4,7 +4,8 @@
 One run per UTC day, with Airflow's data-interval semantics: the run whose interval is
 2026-11-01 00:00 -> 2026-11-02 00:00 (logical date 2026-11-01, started just after
 midnight) scores `ds=2026-11-01`. Re-running or backfilling a day replaces its curated and
-predictions partitions: counts never double. A late raw drop is waited for by the
+predictions partitions: counts never double; a writer of the day waits for any other run's
+writer of it (partition locks, `claim_*`/`release_*`). A late raw drop is waited for by the
 ingest task's retries or, with a landing zone (`ML_LANDING_CONTAINER`), by the
 `wait_for_raw_drop` sensor before `stage_raw_drop` copies it into the storage root.
 

@@ -156,6 +156,11 @@ class PlatformConfig:
         """Blob prefix of the day's drop in the landing container: the raw layout, ``raw/mnist/ds=<ds>/``."""
         return f"{self.partition_path(self.dataset_key('raw'), ds)}/"
 
+    @property
+    def lock_root(self) -> str:
+        """Partition locks (``<dataset>/ds=<ds>.lock``): one writer per partition at a time."""
+        return f"{self.storage_root.rstrip('/')}/_locks"
+
     def run_dir(self, dag_id: str, run_key: str) -> str:
         """Scratch and hand-off files of one DAG run (manifests, training shards)."""
         return f"{self.storage_root.rstrip('/')}/_runs/{dag_id}/{run_key}"

@@ -9,10 +9,11 @@ and bounded, checked at trigger time), never from ``dag_run.conf`` directly.
 
 from __future__ import annotations
 
-from datetime import timedelta
+import logging
+from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, task
+from airflow.sdk import Asset, PokeReturnValue, TaskGroup, chain, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ml_platform.config import PlatformConfig
@@ -22,12 +23,18 @@ from ml_registry.spark_submit import MlflowSparkSubmitOperator
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, ObjectStoragePath
 
+log = logging.getLogger(__name__)
+
 REGISTRY_POOL = "ml_registry"
 GATE_URI = "{{ ti.xcom_pull(task_ids='gate_model')['uri'] }}"
 # The landing sensor frees its worker slot between pokes (reschedule mode); a drop that has
 # not arrived after LANDING_TIMEOUT fails the run instead of holding it open.
 LANDING_POKE_INTERVAL = timedelta(minutes=5)
 LANDING_TIMEOUT = timedelta(hours=6)
+# A writer waiting for another run's writer of the same partition frees its worker slot
+# between tries; one still blocked after PARTITION_LOCK_TIMEOUT fails, naming the holder.
+PARTITION_LOCK_POKE_INTERVAL = timedelta(seconds=15)
+PARTITION_LOCK_TIMEOUT = timedelta(hours=6)
 # Spark settings that hold wherever a job runs; spark_conf adds this deployment's own files.
 PORTABLE_SPARK_CONF = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
 
@@ -122,11 +129,11 @@ def storage_path(cfg: PlatformConfig, path: str) -> ObjectStoragePath:
 
 
 def receive_raw_drop(cfg: PlatformConfig, ds: str) -> list[BaseOperator]:
-    """Wait for the day's drop in the landing container, then stage it into the storage root.
+    """Wait for the day's drop in the landing container (:func:`ingest` then stages it).
 
     Only with a landing zone (``ML_LANDING_CONTAINER``); without one the drop is written
     straight into the storage root and this returns no tasks, so DAGs chain its result
-    before ingest either way.
+    before ingest either way. The wait holds no partition lock: a drop can be hours late.
     """
     if not cfg.landing_container:
         return []
@@ -141,9 +148,7 @@ def receive_raw_drop(cfg: PlatformConfig, ds: str) -> list[BaseOperator]:
         poke_interval=LANDING_POKE_INTERVAL.total_seconds(),
         timeout=LANDING_TIMEOUT.total_seconds(),
     )
-    stage = stage_raw_drop(cfg, ds)
-    wait >> stage
-    return [wait, stage]
+    return [wait]
 
 
 def raw_drop_file_name(blob_name: str, prefix: str) -> str:
@@ -222,20 +227,78 @@ def stage_raw_drop(cfg: PlatformConfig, ds: str):
     return stage(cfg.landing_prefix(ds), cfg.storage_uri(cfg.raw_path(ds)))
 
 
-def ingest(cfg: PlatformConfig, ds: str) -> BaseOperator:
-    return spark_job(
-        cfg,
-        task_id="ingest_raw_drop",
-        job="ingest",
-        args=[
-            "--ds", ds,
-            "--raw-path", cfg.raw_path(ds),
-            "--curated-root", cfg.curated_root,
-            "--quarantine-root", cfg.quarantine_root,
-            "--max-bad-ratio", cfg.max_bad_ratio,
-        ],
-        outlets=[curated_asset(cfg)],
+def partition_lock(cfg: PlatformConfig, dataset: str, start_ds: str, end_ds: str, writers: list[BaseOperator]) -> None:
+    """Run ``writers`` (in order) holding the locks of ``dataset``'s partitions ``start_ds..end_ds``.
+
+    ``claim_<dataset>`` (a setup, reschedule mode) takes every lock or waits;
+    ``release_<dataset>`` (its teardown) runs whether the writers succeed or fail. Call
+    inside a DAG; see ``ml_platform.partition_locks`` for why a lock and not a pool.
+    """
+    from ml_platform.partition_locks import LIVE_RUN_STATES, Holder, lock_names, release, try_claim
+
+    def locks(start: str, end: str) -> list[str]:
+        first, last = date.fromisoformat(start), date.fromisoformat(end)
+        return lock_names([dataset], [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)])
+
+    def holder(context: dict[str, Any]) -> Holder:
+        return Holder(context["dag"].dag_id, context["run_id"], f"claim_{dataset}")
+
+    @task.sensor(
+        task_id=f"claim_{dataset}",
+        mode="reschedule",
+        poke_interval=PARTITION_LOCK_POKE_INTERVAL.total_seconds(),
+        timeout=PARTITION_LOCK_TIMEOUT.total_seconds(),
     )
+    def claim(start: str, end: str, **context: Any) -> PokeReturnValue:
+        ti = context["ti"]
+
+        def is_live(other: Holder) -> bool:
+            try:
+                return ti.get_dagrun_state(other.dag_id, other.run_id) in LIVE_RUN_STATES
+            except Exception:  # unknown run or API error: never break what may be held
+                log.warning("state of %s/%s unknown; treating its lock as held", other.dag_id, other.run_id, exc_info=True)
+                return True
+
+        lock_dir = storage_path(cfg, cfg.lock_root)
+        busy = try_claim(lock_dir, locks(start, end), holder(context), is_live)
+        for name, other in busy:
+            log.info(
+                "waiting for %s/%s, held by %s run %s (delete it if that run is gone)",
+                cfg.lock_root, name, other.dag_id, other.run_id,
+            )
+        return PokeReturnValue(is_done=not busy)
+
+    @task(task_id=f"release_{dataset}")
+    def release_locks(start: str, end: str, **context: Any) -> int:
+        return release(storage_path(cfg, cfg.lock_root), locks(start, end), holder(context))
+
+    claim_task = claim(start_ds, end_ds)
+    release_task = release_locks(start_ds, end_ds)
+    chain(claim_task, *writers, release_task.as_teardown(setups=claim_task))
+
+
+def ingest(cfg: PlatformConfig, ds: str) -> TaskGroup:
+    """Stage the landed drop (with a landing zone) and ingest day ``ds``, holding its
+    partition lock: raw, curated and quarantine of a day are written together."""
+    with TaskGroup(group_id="ingest_partition", prefix_group_id=False) as group:
+        writers = [stage_raw_drop(cfg, ds)] if cfg.landing_container else []
+        writers.append(
+            spark_job(
+                cfg,
+                task_id="ingest_raw_drop",
+                job="ingest",
+                args=[
+                    "--ds", ds,
+                    "--raw-path", cfg.raw_path(ds),
+                    "--curated-root", cfg.curated_root,
+                    "--quarantine-root", cfg.quarantine_root,
+                    "--max-bad-ratio", cfg.max_bad_ratio,
+                ],
+                outlets=[curated_asset(cfg)],
+            )
+        )
+        partition_lock(cfg, "curated", ds, ds, writers)
+    return group
 
 
 def train(
@@ -316,20 +379,24 @@ def publish_champion(cfg: PlatformConfig):
     return publish(cfg.storage_uri(f"{run_dir(cfg)}/register.json"))
 
 
-def score(cfg: PlatformConfig, *, start_ds: str, end_ds: str | None = None, task_id: str = "score_partition") -> BaseOperator:
-    """Score one partition (``end_ds`` None) or a range with the version the gate pinned."""
+def score(cfg: PlatformConfig, *, start_ds: str, end_ds: str | None = None, task_id: str = "score_partition") -> TaskGroup:
+    """Score one partition (``end_ds`` None) or a range with the version the gate pinned,
+    holding the predictions locks of those days."""
     days = ["--ds", start_ds] if end_ds is None else ["--start-ds", start_ds, "--end-ds", end_ds]
-    return spark_job(
-        cfg,
-        task_id=task_id,
-        job="score",
-        args=[
-            "--model", GATE_URI,
-            "--input-data", cfg.curated_root,
-            *days,
-            "--scored-data", cfg.predictions_root,
-        ],
-    )
+    with TaskGroup(group_id=f"{task_id}_locked", prefix_group_id=False) as group:
+        writer = spark_job(
+            cfg,
+            task_id=task_id,
+            job="score",
+            args=[
+                "--model", GATE_URI,
+                "--input-data", cfg.curated_root,
+                *days,
+                "--scored-data", cfg.predictions_root,
+            ],
+        )
+        partition_lock(cfg, "predictions", start_ds, end_ds or start_ds, [writer])
+    return group
 
 
 @task(task_id="check_conf")

@@ -74,7 +74,7 @@ def test_nightly_chain_and_operators(dagbag):
     from ml_registry.operators import ModelRegistryGateOperator
 
     dag = dagbag.dags["ml_nightly_retrain"]
-    order = ["ingest_raw_drop", "train_model", "register_model", "gate_model", "score_partition"]
+    order = ["claim_curated", "ingest_raw_drop", "train_model", "register_model", "gate_model", "claim_predictions", "score_partition"]
     for upstream, downstream in zip(order, order[1:]):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     for task_id in ("ingest_raw_drop", "train_model", "register_model", "score_partition"):
@@ -82,6 +82,26 @@ def test_nightly_chain_and_operators(dagbag):
     assert isinstance(dag.get_task("gate_model"), ModelRegistryGateOperator)
     assert dag.catchup is False
     assert dag.timetable.expression == "0 2 * * *"
+
+
+WRITERS = {"ingest_raw_drop": "curated", "stage_raw_drop": "curated", "score_partition": "predictions", "score_range": "predictions"}
+
+
+def test_every_partition_writer_runs_between_its_lock_claim_and_release(dagbag):
+    """Writers of the same (dataset, ds) in different runs or DAGs take turns: see
+    ml_platform.partition_locks. The claim is a setup in reschedule mode, the release its teardown."""
+    seen = set()
+    for dag in dagbag.dags.values():
+        for task in dag.tasks:
+            if task.task_id not in WRITERS:
+                continue
+            dataset = WRITERS[task.task_id]
+            claim, release = dag.get_task(f"claim_{dataset}"), dag.get_task(f"release_{dataset}")
+            assert claim.task_id in task.get_flat_relative_ids(upstream=True), (dag.dag_id, task.task_id)
+            assert task.task_id in release.get_flat_relative_ids(upstream=True), (dag.dag_id, task.task_id)
+            assert claim.is_setup and release.is_teardown and claim.mode == "reschedule"
+            seen.add(dag.dag_id)
+    assert seen == {"ml_nightly_retrain", "ml_batch_scoring", "ml_score_on_new_champion", "ml_bulk_backfill_scoring"}
 
 
 def test_dags_do_not_import_job_code_or_heavy_libraries():

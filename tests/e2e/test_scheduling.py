@@ -195,3 +195,76 @@ def test_valid_training_conf_runs_with_those_parameters(services, mlflow_client)
     )
     assert trained.data.params["epochs"] == "1"
     assert trained.data.params["data_start_ds"] == trained.data.params["data_end_ds"] == DAYS[2]
+
+
+WRITERS = ("ingest_raw_drop", "score_partition")  # write curated/quarantine and predictions of the day
+
+
+def task_instances(stack, run_id: str) -> dict[str, dict]:
+    _, listing = stack.api("GET", f"/dags/{SCORING}/dagRuns/{run_id}/taskInstances?limit=100")
+    return {ti["task_id"]: ti for ti in listing["task_instances"]}
+
+
+def test_two_runs_writing_one_partition_take_turns(services):
+    """A manual re-run of a day started while that day's run is still going: two runs of
+    ml_batch_scoring with the same data interval, at once (the DAG allows two active runs).
+    Each writer of the day's partitions must run alone; the day ends written once."""
+    from datetime import datetime
+
+    import sqlalchemy
+
+    ds = "2026-11-09"  # a day no other test writes
+    services.generate_drops([ds], rows=ROWS, seed=5)
+    # Free the DAG's two active-run slots: catch-up runs the scheduler made for recent days.
+    _, active = services.api("GET", f"/dags/{SCORING}/dagRuns?state=queued&state=running&limit=100")
+    for other in active["dag_runs"]:
+        services.api("PATCH", f"/dags/{SCORING}/dagRuns/{other['dag_run_id']}", {"state": "failed"})
+    interval = {"data_interval_start": f"{ds}T00:00:00Z", "data_interval_end": "2026-11-10T00:00:00Z"}
+    run_ids = []
+    for second in ("00", "01"):
+        status, run = services.api(
+            "POST", f"/dags/{SCORING}/dagRuns",
+            {"logical_date": f"{ds}T00:00:{second}Z", **interval, "conf": {"model_policy": "current"}},
+        )
+        assert status == 200, run
+        run_ids.append(run["dag_run_id"])
+    runs = [
+        wait_for(
+            lambda run_id=run_id: (r := services.api("GET", f"/dags/{SCORING}/dagRuns/{run_id}")[1])["state"]
+            in ("success", "failed") and r,
+            900, 5, f"run {run_id}",
+        )
+        for run_id in run_ids
+    ]
+    assert [r["state"] for r in runs] == ["success", "success"], runs
+    tis = [task_instances(services, run_id) for run_id in run_ids]
+
+    def span(ti: dict) -> tuple[datetime, datetime]:
+        return datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"])
+
+    for writer in WRITERS:
+        (a_start, a_end), (b_start, b_end) = span(tis[0][writer]), span(tis[1][writer])
+        assert a_end <= b_start or b_end <= a_start, f"{writer} of both runs overlapped: {a_start}-{a_end}, {b_start}-{b_end}"
+
+    # The runs did run at once: both asked for the day's ingest lock before either ingest ended,
+    # and one of them had to wait for it (its claim was rescheduled), so the turns above come
+    # from the lock, not from the scheduler running one run after the other.
+    first_ingest_end = min(span(ti["ingest_raw_drop"])[1] for ti in tis)
+    engine = sqlalchemy.create_engine(services.extra_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    with engine.connect() as db:
+        pokes = db.execute(
+            sqlalchemy.text(
+                "SELECT ti.run_id, count(tr.id), min(coalesce(tr.start_date, ti.start_date)) FROM task_instance ti "
+                "LEFT JOIN task_reschedule tr ON tr.ti_id = ti.id "
+                "WHERE ti.dag_id = :dag AND ti.task_id = 'claim_curated' AND ti.run_id IN :runs GROUP BY ti.run_id"
+            ).bindparams(sqlalchemy.bindparam("runs", expanding=True)),
+            {"dag": SCORING, "runs": run_ids},
+        ).all()
+    engine.dispose()
+    assert len(pokes) == 2 and sum(count for _, count, _ in pokes) >= 1, pokes
+    assert all(first_poke < first_ingest_end for _, _, first_poke in pokes), (pokes, first_ingest_end)
+
+    assert curated_rows(services, ds) == ROWS
+    table = scored(services, ds)
+    assert table.num_rows == ROWS and len(set(table.column("row_id").to_pylist())) == ROWS
+    assert not list((services.storage_root / "_locks").rglob("*.lock"))  # both released
