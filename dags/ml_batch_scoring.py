@@ -16,9 +16,9 @@ Backfill days D1..D2 (one run per day, scored with the model `model_policy` pick
 
 **Params**
 - `model_policy`: `current` scores every day with today's `champion`; `as_of` scores each
-  day with the version that was `champion` at the run's logical date, the start of that
-  day (from the promotion
-  history the register step records), so history is re-scored as it was served.
+  day D with the version that scored D when it was first scored on schedule: the champion
+  as of the nightly run that scores D (logical time D+1 02:00 UTC, after that night's
+  promotion), from the promotion history the register step records.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ with DAG(
             type="string",
             enum=["current", "as_of"],
             title="Model policy",
-            description="current: today's champion; as_of: the champion at the run's logical date",
+            description="current: today's champion; as_of: the version the nightly scored the day with",
         ),
     },
     tags=["ml", "mnist", "scoring", "backfill", "spark"],
@@ -61,6 +61,9 @@ with DAG(
         model_name=cfg.model_name,
         alias="champion",
         policy="{{ params.model_policy }}",
+        # The logical time of the nightly that first scored this day (cron 0 2 * * * in
+        # ml_nightly_retrain, which scores the day before its logical date).
+        as_of="{{ macros.ds_add(partition_ds(dag_run), 1) }}T02:00:00+00:00",
         required_tags={"validation_status": "passed"},
         dataset_path=cfg.partition_path(cfg.curated_root, PARTITION_DS),
         mlflow_conn_id=cfg.mlflow_conn_id,

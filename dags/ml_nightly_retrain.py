@@ -66,8 +66,9 @@ with DAG(
         alias="champion",
         required_tags={"validation_status": "passed"},
         dataset_path=cfg.partition_path(cfg.curated_root, PARTITION_DS),
-        # No champion yet (the first run's model missed the floor): skip scoring, not fail.
-        soft_fail=True,
+        # No champion yet (the first runs' models missed the floor): skip scoring. Any other
+        # refusal (failed validation, schema mismatch) fails the run.
+        skip_if_no_model=True,
         mlflow_conn_id=cfg.mlflow_conn_id,
     )
     score = tasks.score(cfg, start_ds=PARTITION_DS)

@@ -12,35 +12,25 @@ Re-running for the same training run reuses the version it registered instead of
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import logging
-import os
-import socket
 import sys
 import time
-import uuid
 
 from spark_jobs.dataset import filter_holdout_rows
 from spark_jobs.inference import accuracy, with_predictions
 from spark_jobs.partitions import parse_ds, read_partitions
+from spark_jobs.promotion import CHAMPION, LOCK_STALE_AFTER_S, LOCK_TIMEOUT_S, promote_to_champion
 from spark_jobs.session import build_spark_session, configure_job_logging
 from spark_jobs.storage import read_json, write_json
 
 log = logging.getLogger(__name__)
 
-CHALLENGER, CHAMPION = "challenger", "champion"
-# Version tags, also read by the registry gate (plugins/) and the as_of policy.
+CHALLENGER = "challenger"
+# Version tags, also read by the registry gate (plugins/).
 TAG_VALIDATION = "validation_status"
 TAG_ACCURACY = "holdout_accuracy"
-TAG_PROMOTED_AT = "champion_promoted_at"
-# Registered-model tag with the alias's moves, read by the gate's ``as_of`` policy
-# (plugins/ml_registry/alias_history.py): a JSON list, oldest first, of
-# {"version": "3", "since": "<ISO-8601 UTC>"}.
-CHAMPION_HISTORY_TAG = f"{CHAMPION}_history"
-# A registered model of this name exists while a job moves ``champion`` (promotion_lock).
-PROMOTION_LOCK_SUFFIX = ".promotion-lock"
 
 
 def promotion_decision(
@@ -90,108 +80,11 @@ def find_or_register_version(client, model_name: str, model_uri: str, run_id: st
     return version
 
 
-def appended_history(history_json: str | None, version: str, since: dt.datetime) -> str:
-    """The champion history with ``version`` promoted at ``since``.
-
-    Unchanged when ``version`` already holds the alias (a retried task must not move the
-    promotion time). A promotion dated before the latest entry (an on-demand run with an
-    old logical date) is recorded at the latest entry's time, so the history never goes
-    back in time and ``as_of`` stays unambiguous.
-    """
-    history = json.loads(history_json) if history_json else []
-    if history and str(history[-1]["version"]) == str(version):
-        return json.dumps(history)
-    since = since.astimezone(dt.timezone.utc)
-    if history:
-        since = max(since, dt.datetime.fromisoformat(history[-1]["since"]))
-    return json.dumps([*history, {"version": str(version), "since": since.isoformat()}])
-
-
-@contextlib.contextmanager
-def promotion_lock(client, model_name: str, *, timeout_s: float = 600, stale_after_s: float = 900, poll_s: float = 1.0):
-    """Hold the model's promotion lock: one job at a time moves ``champion``.
-
-    Moving the alias and appending to the history tag is a read-modify-write that MLflow
-    cannot do atomically; two registrations at once (two deployments, a manual run, a
-    pool misconfigured) would lose one history entry. Creating a registered model is
-    atomic in the registry's database (its name is unique), so the job that creates
-    ``<model>.promotion-lock`` holds the lock, and deletes it when done. A lock older than
-    ``stale_after_s`` (its holder died) is broken; waiting longer than ``timeout_s`` fails.
-    """
-    from mlflow.exceptions import MlflowException
-
-    lock_name = f"{model_name}{PROMOTION_LOCK_SUFFIX}"
-    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            client.create_registered_model(
-                lock_name, tags={"holder": holder}, description=f"promotion lock of {model_name}, held by {holder}"
-            )
-            break
-        except MlflowException as err:
-            if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-        try:
-            held = client.get_registered_model(lock_name)
-        except MlflowException:
-            continue  # released meanwhile: try again at once
-        if held.tags.get("holder") == holder:
-            break  # our create went through but its reply was lost, and the client retried it
-        age_s = time.time() - held.creation_timestamp / 1000
-        if age_s > stale_after_s:
-            log.warning("breaking the promotion lock of %s held by %s for %.0f s", model_name, held.tags.get("holder"), age_s)
-            with contextlib.suppress(MlflowException):
-                client.delete_registered_model(lock_name)
-            continue
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"promotion lock {lock_name!r} still held by {held.tags.get('holder')} after {timeout_s:.0f} s; "
-                f"delete that registered model if its holder is gone"
-            )
-        log.info("waiting for the promotion lock of %s (held by %s)", model_name, held.tags.get("holder"))
-        time.sleep(poll_s)
-    try:
-        yield
-    finally:
-        client.delete_registered_model(lock_name)
-
-
-def superseded_by(history_json: str | None, version: str, champion_now: str | None) -> str | None:
-    """Why ``version`` must not become champion again, or ``None``.
-
-    A version that held ``champion`` before (it is in the history) and no longer holds it
-    was replaced or rolled back on purpose: a retried (or re-run) registration of its
-    training run must not move the alias back to it. Promoting the current champion again
-    is a no-op, and a version never promoted is not affected.
-    """
-    history = json.loads(history_json) if history_json else []
-    if str(version) == str(champion_now) or all(str(entry["version"]) != str(version) for entry in history):
-        return None
-    return f"version {version} was champion before and no longer is (champion now: {champion_now or 'none'}); not moved back"
-
-
-def promote_to_champion(client, model_name: str, version: str, promoted_at: dt.datetime) -> str | None:
-    """Move ``champion``, then record the move in the model's promotion history, under
-    the model's promotion lock so that concurrent promotions do not lose an entry.
-    Returns why the alias was not moved (``None`` when it was, or already pointed there).
-
-    The alias moves first: if the tag write fails, the retried task records the move a
-    little late rather than a promotion that never happened being on record.
-    """
-    with promotion_lock(client, model_name):
-        model = client.get_registered_model(model_name)
-        history_json = model.tags.get(CHAMPION_HISTORY_TAG)
-        champion_now = model.aliases.get(CHAMPION)
-        if refusal := superseded_by(history_json, version, None if champion_now is None else str(champion_now)):
-            log.warning("%s %s", model_name, refusal)
-            return refusal
-        client.set_registered_model_alias(model_name, CHAMPION, version)
-        client.set_registered_model_tag(
-            model_name, CHAMPION_HISTORY_TAG, appended_history(history_json, version, promoted_at)
-        )
-    client.set_model_version_tag(model_name, version, TAG_PROMOTED_AT, promoted_at.isoformat())
-    return None
+def tag_validation(client, model_name: str, version: str, candidate_acc: float, passed: bool, reason: str) -> None:
+    """The version tags the gate checks: written before the alias can move to the version."""
+    client.set_model_version_tag(model_name, version, TAG_ACCURACY, f"{candidate_acc:.6f}")
+    client.set_model_version_tag(model_name, version, TAG_VALIDATION, "passed" if passed else "failed")
+    client.set_model_version_tag(model_name, version, "validation_reason", reason)
 
 
 def current_champion(client, model_name: str):
@@ -229,12 +122,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--git-revision", default="unknown")
     parser.add_argument("--airflow-run-id", default="")
     parser.add_argument(
-        "--promoted-at",
+        "--logical-time",
         type=_parse_timestamp,
         required=True,
-        help="ISO-8601 time the promotion takes effect for as_of look-ups (the run's logical date)",
+        help="ISO-8601 logical time of the promoting run: from when as_of answers the new champion, "
+        "clamped to the real move time (see spark_jobs/promotion.py)",
     )
-    return parser.parse_args(argv)
+    parser.add_argument("--lock-timeout", type=float, default=LOCK_TIMEOUT_S, help="seconds to wait for the promotion lock")
+    parser.add_argument(
+        "--lock-stale-after", type=float, default=LOCK_STALE_AFTER_S, help="seconds after which a lock's holder is presumed dead"
+    )
+    args = parser.parse_args(argv)
+    if not 0 < args.lock_stale_after < args.lock_timeout:
+        parser.error(
+            f"--lock-stale-after ({args.lock_stale_after:g}) must be positive and below --lock-timeout "
+            f"({args.lock_timeout:g}), or a retry after a crash waits out the timeout"
+        )
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,14 +161,6 @@ def main(argv: list[str] | None = None) -> None:
 
         client = MlflowClient()
         client.log_metric(trained["run_id"], TAG_ACCURACY, candidate_acc)
-        champion = current_champion(client, args.model_name)
-        champion_acc = None
-        if champion is not None and champion.run_id != trained["run_id"]:
-            champion_acc, _ = accuracy(with_predictions(holdout_df, f"models:/{args.model_name}/{champion.version}"))
-            log.info("champion version %s: held-out accuracy %.4f on the same rows", champion.version, champion_acc)
-        passed, reason = promotion_decision(
-            candidate_acc, champion_acc, min_accuracy=args.min_accuracy, tolerance=args.champion_tolerance
-        )
         version = find_or_register_version(
             client,
             args.model_name,
@@ -277,30 +173,69 @@ def main(argv: list[str] | None = None) -> None:
                 "airflow_run_id": args.airflow_run_id,
             },
         )
-        client.set_model_version_tag(args.model_name, version.version, TAG_ACCURACY, f"{candidate_acc:.6f}")
-        client.set_model_version_tag(
-            args.model_name, version.version, TAG_VALIDATION, "passed" if passed else "failed"
-        )
-        client.set_model_version_tag(args.model_name, version.version, "validation_reason", reason)
-        client.set_registered_model_alias(args.model_name, CHALLENGER, version.version)
-        promoted = passed and args.promote
-        if promoted and (refusal := promote_to_champion(client, args.model_name, str(version.version), args.promoted_at)):
-            promoted, reason = False, f"{reason}; {refusal}"
+        candidate = str(version.version)
+        champion_accuracy: dict[str, float] = {}
+
+        def decide(champion_version: str | None) -> tuple[bool, str]:
+            """The promotion rule against ``champion_version``, evaluated on the same held-out rows."""
+            champion_acc = None
+            if champion_version is not None and champion_version != candidate:
+                if champion_version not in champion_accuracy:
+                    champion_accuracy[champion_version], _ = accuracy(
+                        with_predictions(holdout_df, f"models:/{args.model_name}/{champion_version}")
+                    )
+                    log.info(
+                        "champion version %s: held-out accuracy %.4f on the same rows",
+                        champion_version, champion_accuracy[champion_version],
+                    )
+                champion_acc = champion_accuracy[champion_version]
+            return promotion_decision(
+                candidate_acc, champion_acc, min_accuracy=args.min_accuracy, tolerance=args.champion_tolerance
+            )
+
+        champion = current_champion(client, args.model_name)
+        evaluated_against = None if champion is None else str(champion.version)
+        compared_with = evaluated_against
+        passed, reason = decide(compared_with)
+        tag_validation(client, args.model_name, candidate, candidate_acc, passed, reason)
+        client.set_registered_model_alias(args.model_name, CHALLENGER, candidate)
+        promoted = False
+        if passed and args.promote:
+            # The champion may have moved since it was evaluated: the rule is applied again,
+            # holding the lock, to the champion read there (same rows, cached per version).
+            outcome = promote_to_champion(
+                client,
+                args.model_name,
+                candidate,
+                logical_time=args.logical_time,
+                run=args.airflow_run_id or None,
+                rule=decide,
+                lock_timeout_s=args.lock_timeout,
+                lock_stale_after_s=args.lock_stale_after,
+            )
+            if outcome.champion_before not in (evaluated_against, candidate):
+                compared_with = outcome.champion_before
+                passed, reason = decide(compared_with)
+                reason = f"{reason} (champion changed to version {outcome.champion_before} before promotion)"
+                tag_validation(client, args.model_name, candidate, candidate_acc, passed, reason)
+            promoted = outcome.moved or (outcome.refusal is None and outcome.champion_before == candidate)
+            if outcome.refusal is not None and passed:
+                reason = f"{reason}; {outcome.refusal}"
         log.info(
             "registered %s version %s as %s%s: %s",
             args.model_name,
-            version.version,
+            candidate,
             CHALLENGER,
             f" and {CHAMPION}" if promoted else "",
             reason,
         )
         manifest = {
             "model_name": args.model_name,
-            "version": str(version.version),
+            "version": candidate,
             "run_id": trained["run_id"],
             "holdout_accuracy": candidate_acc,
             "holdout_rows": holdout_rows,
-            "champion_accuracy": champion_acc,
+            "champion_accuracy": champion_accuracy.get(compared_with or ""),
             "passed": passed,
             "promoted": promoted,
             "reason": reason,

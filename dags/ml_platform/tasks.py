@@ -357,7 +357,7 @@ def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: str = 
             "--champion-tolerance", cfg.training.champion_tolerance,
             "--git-revision", cfg.git_revision,
             "--airflow-run-id", "{{ run_id }}",
-            "--promoted-at", RUN_TIME,
+            "--logical-time", RUN_TIME,
             promote,
         ],
         pool=REGISTRY_POOL,

@@ -1,96 +1,98 @@
-"""Promotion history of a registry alias, kept as JSON in a registered-model tag.
+"""Reading an alias's promotion history, for the gate's ``as_of`` policy.
 
-MLflow only knows where an alias points *now*. Re-scoring history with the model that was
-champion *back then* needs the moves, so the register job appends one entry per move to the
-tag ``<alias>_history`` (``champion_history``) and the gate's ``as_of`` policy reads it back.
+MLflow only knows where an alias points *now*. The register job (``spark_jobs/
+promotion.py``, the only writer) records every move of ``champion`` in its own
+registered-model tag ``champion_history.<8-digit sequence number>``, a small JSON value::
 
-The value is a JSON list, oldest first::
+    {"version": "7", "moved_at": "...", "logical_time": "...", "effective": "...",
+     "state": "done", "run": "..."}
 
-    [{"version": "3", "since": "2026-11-20T02:14:05.123456+00:00"}, ...]
+Older releases kept the whole history in one tag ``champion_history`` (a JSON list of
+``{"version", "since"}``); it is still read, before the per-promotion entries, so ``as_of``
+stays exact for what was recorded then.
 
-Pure functions and the standard library only: the Spark job copies ``append_promotion``
-(``spark_jobs/`` never imports ``plugins/``) and the scheduler may import this module.
+``as_of(T)`` is the version of the last entry whose ``effective`` time is at or before ``T``.
+An entry still ``pending`` (the writer died between recording a move and making it) counts
+only when the alias does point to its version; the next promotion repairs it either way.
+
+The scheduler cannot import ``spark_jobs`` (only ``dags/`` and ``plugins/`` are on its
+path), so this reader follows the format documented in ``docs/registry_gate.md``; a round-trip
+test writes with the job's module and reads with this one. Standard library only.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-# MLflow refuses registered-model tag values longer than this (MAX_MODEL_REGISTRY_TAG_VALUE_LENGTH).
-MAX_HISTORY_CHARS = 100_000
+
+@dataclass(frozen=True)
+class Promotion:
+    """A move of the alias: ``version`` answers ``as_of`` from ``effective`` on."""
+
+    version: str
+    effective: dt.datetime
+    pending: bool = False
 
 
 def history_tag(alias: str) -> str:
-    """The registered-model tag holding ``alias``'s promotion history."""
+    """Prefix of ``alias``'s history tags (and the name of the legacy single-tag history)."""
     return f"{alias}_history"
 
 
-def _utc(when: dt.datetime, what: str) -> dt.datetime:
+def _utc(value: object, what: str) -> dt.datetime:
     # A naive timestamp would be read in whatever zone the reading machine is in.
+    when = dt.datetime.fromisoformat(str(value))
     if when.tzinfo is None or when.utcoffset() is None:
-        raise ValueError(f"{what} must be timezone-aware, got naive {when.isoformat()}")
+        raise ValueError(f"{what} {value!r} has no UTC offset")
     return when.astimezone(dt.timezone.utc)
 
 
-def parse_history(history_json: str | None) -> list[tuple[dt.datetime, str]]:
-    """``(since, version)`` pairs sorted by time; an absent or empty tag is an empty history."""
-    if history_json is None or not history_json.strip():
-        return []
+def _legacy(value: str, tag: str) -> list[Promotion]:
     try:
-        entries = json.loads(history_json)
+        entries = json.loads(value)
     except json.JSONDecodeError as err:
-        raise ValueError(f"promotion history is not JSON: {err}") from err
+        raise ValueError(f"tag {tag!r} is not JSON: {err}") from err
     if not isinstance(entries, list):
-        raise ValueError(f"promotion history must be a JSON list, got {type(entries).__name__}")
+        raise ValueError(f"tag {tag!r} must be a JSON list, got {type(entries).__name__}")
     history = []
     for entry in entries:
         try:
-            version, since = str(entry["version"]), dt.datetime.fromisoformat(entry["since"])
+            history.append(Promotion(str(entry["version"]), _utc(entry["since"], f"'since' of {entry!r}")))
         except (TypeError, KeyError, ValueError) as err:
-            raise ValueError(f"malformed promotion history entry {entry!r}: {err}") from err
-        history.append((_utc(since, f"'since' of entry {entry!r}"), version))
-    # Stable sort: a hand-edited tag with entries out of order still reads right.
-    return sorted(history, key=lambda item: item[0])
+            raise ValueError(f"malformed entry {entry!r} in tag {tag!r}: {err}") from err
+    # Stable sort: a hand-edited list with entries out of order still reads right.
+    return sorted(history, key=lambda promotion: promotion.effective)
 
 
-def append_promotion(history_json: str | None, version: str | int, since: dt.datetime) -> str:
-    """The history with ``version`` holding the alias from ``since`` on, as the new tag value.
+def read_history(tags: Mapping[str, str] | None, alias: str, alias_version: str | None) -> list[Promotion]:
+    """``alias``'s moves, oldest first, from a registered model's tags and current alias target.
 
-    Idempotent for retries: when the latest entry already names ``version`` the history is
-    returned unchanged, so re-running a register step does not move the promotion time.
+    Malformed entries raise ``ValueError`` naming the tag: a guess would pin the wrong model.
     """
-    history = parse_history(history_json)
-    version = str(version)
-    if history and history[-1][1] == version:
-        return _dump(history)
-    since = _utc(since, "since")
-    if history and since < history[-1][0]:
-        # A history that goes back in time would make as_of pick the wrong version.
-        raise ValueError(
-            f"promotion of version {version} at {since.isoformat()} precedes the latest recorded "
-            f"promotion (version {history[-1][1]} at {history[-1][0].isoformat()})"
-        )
-    history.append((since, version))
-    value = _dump(history)
-    if len(value) > MAX_HISTORY_CHARS:
-        raise ValueError(
-            f"promotion history would be {len(value)} characters, over MLflow's tag limit of "
-            f"{MAX_HISTORY_CHARS}; archive the oldest entries before promoting version {version}"
-        )
-    return value
+    tags = tags or {}
+    prefix = history_tag(alias)
+    history = _legacy(tags[prefix], prefix) if (tags.get(prefix) or "").strip() else []
+    keys = sorted(key for key in tags if key.startswith(f"{prefix}.") and key[len(prefix) + 1 :].isdigit())
+    for key in keys:
+        try:
+            entry = json.loads(tags[key])
+            history.append(Promotion(str(entry["version"]), _utc(entry["effective"], "effective"), entry["state"] == "pending"))
+        except (TypeError, KeyError, ValueError) as err:
+            raise ValueError(f"tag {key!r} is not a promotion entry: {err}") from err
+    if history and history[-1].pending and history[-1].version != (None if alias_version is None else str(alias_version)):
+        history.pop()  # recorded, but the alias never moved
+    return history
 
 
-def version_as_of(history_json: str | None, when: dt.datetime) -> str | None:
-    """The version that held the alias at ``when``; None when ``when`` precedes every promotion."""
-    when = _utc(when, "when")
+def version_as_of(history: list[Promotion], when: dt.datetime) -> str | None:
+    """The version that answers for ``when``; None when ``when`` precedes every promotion."""
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"when must be timezone-aware, got naive {when.isoformat()}")
     held = None
-    for since, version in parse_history(history_json):
-        if since > when:
-            break
-        held = version
+    for promotion in history:
+        if promotion.effective <= when:
+            held = promotion.version
     return held
-
-
-def _dump(history: list[tuple[dt.datetime, str]]) -> str:
-    return json.dumps([{"version": version, "since": since.isoformat()} for since, version in history])

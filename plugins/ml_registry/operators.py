@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ml_registry.alias_history import history_tag, parse_history, version_as_of
+from ml_registry.alias_history import history_tag, read_history, version_as_of
 from ml_registry.hooks import MlflowRegistryHook
 from ml_registry.links import MlflowModelVersionLink, model_version_url
 
@@ -40,7 +40,8 @@ class ModelRegistryGateOperator(BaseOperator):
          "ui_url": "http://127.0.0.1:5000"}
 
     No eligible model (no such model, alias or version, not ``READY``, a failed check) raises
-    ``AirflowFailException`` (no retries), or ``AirflowSkipException`` with ``soft_fail``.
+    ``AirflowFailException`` (no retries); with ``skip_if_no_model``, a registered model or
+    alias that does not exist yet raises ``AirflowSkipException`` instead.
     An unreachable tracking server raises ``MlflowServerUnavailableError`` (retried).
 
     From the task context only ``logical_date`` and ``dag_run.run_after`` are read: the
@@ -52,10 +53,13 @@ class ModelRegistryGateOperator(BaseOperator):
     :param version: Explicit version to pin instead of resolving an alias; ``None`` or an
         empty string means "use the alias". (templated)
     :param policy: ``current``: the version the alias points to now; ``as_of``: the version
-        that held the alias at ``as_of``, read from the registered-model tag
-        ``<alias>_history`` (see ``ml_registry.alias_history``). (templated)
+        that answered for the alias at ``as_of``, read from the promotion history the register
+        job records in registered-model tags ``<alias>_history.*`` (see
+        ``ml_registry.alias_history``). (templated)
     :param as_of: ISO-8601 date or timestamp for ``policy="as_of"`` (a date means 00:00 UTC,
-        a timestamp without offset means UTC); defaults to the run's logical date. (templated)
+        a timestamp without offset means UTC); defaults to the run's logical date. To re-score
+        day D as it was first scored, pass the logical time of the run that first scored it
+        (for the nightly, D+1 02:00 UTC). (templated)
     :param min_version: Refuse versions below this number.
     :param required_tags: Version tags that must be present with these values, e.g.
         ``{"validation_status": "passed"}``.
@@ -69,8 +73,10 @@ class ModelRegistryGateOperator(BaseOperator):
         with the same or a safely widening type.
     :param dataset_path: Parquet dataset or partition directory the run will score; its
         schema (read with pyarrow from the file footers) is checked like ``expected_schema``. (templated)
-    :param soft_fail: Skip (and so skip downstream scoring) instead of failing when no model
-        is eligible, e.g. the first nightly run before any champion exists.
+    :param skip_if_no_model: Skip (and so skip downstream scoring) instead of failing when
+        the registered model or the alias does not exist yet, e.g. the first nightly runs
+        before any champion exists. Every other refusal (a failed check, a version not
+        ``READY``, no version at ``as_of``) still fails.
     :param mlflow_conn_id: Airflow connection of the MLflow tracking server.
     """
 
@@ -93,7 +99,7 @@ class ModelRegistryGateOperator(BaseOperator):
         poke_interval: float = 10,
         expected_schema: dict[str, str] | None = None,
         dataset_path: str | None = None,
-        soft_fail: bool = False,
+        skip_if_no_model: bool = False,
         mlflow_conn_id: str = MlflowRegistryHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -110,7 +116,7 @@ class ModelRegistryGateOperator(BaseOperator):
         self.poke_interval = poke_interval
         self.expected_schema = expected_schema
         self.dataset_path = dataset_path
-        self.soft_fail = soft_fail
+        self.skip_if_no_model = skip_if_no_model
         self.mlflow_conn_id = mlflow_conn_id
 
     def execute(self, context: Context) -> dict[str, str | None]:
@@ -206,7 +212,7 @@ class ModelRegistryGateOperator(BaseOperator):
         except RestException as err:
             if err.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
-            self._refuse(None, f"registered model does not exist in {client.tracking_uri}")
+            self._refuse(None, f"registered model does not exist in {client.tracking_uri}", no_model=True)
 
     def _version_by_alias(self, registered: RegisteredModel) -> str:
         # The alias is read from the registered model (one call, one answer) and never used
@@ -217,22 +223,24 @@ class ModelRegistryGateOperator(BaseOperator):
             self._refuse(
                 None,
                 f"alias {self.alias!r} is not set (aliases: {known}); promote a version to {self.alias!r} first",
+                no_model=True,
             )
         return str(aliases[self.alias])
 
     def _version_as_of(self, registered: RegisteredModel, as_of: dt.datetime) -> str:
         tag = history_tag(self.alias)
-        history_json = (registered.tags or {}).get(tag)
+        alias_version = (registered.aliases or {}).get(self.alias)
         try:
-            version = version_as_of(history_json, as_of)
-            history = parse_history(history_json)
+            history = read_history(registered.tags, self.alias, alias_version)
         except ValueError as err:
-            raise AirflowFailException(f"model {self.model_name!r}: tag {tag!r} is unreadable: {err}") from err
+            raise AirflowFailException(f"model {self.model_name!r}: promotion history is unreadable: {err}") from err
+        version = version_as_of(history, as_of)
         if version is None:
             if not history:
-                why = f"no promotion history recorded in registered-model tag {tag!r}"
+                why = f"no promotion history recorded in registered-model tags {tag!r} or {tag + '.*'!r}"
             else:
-                why = f"the first recorded promotion (version {history[0][1]}) was at {history[0][0].isoformat()}"
+                first = history[0]
+                why = f"the first recorded promotion (version {first.version}) is effective from {first.effective.isoformat()}"
             self._refuse(None, f"no version held alias {self.alias!r} at {as_of.isoformat()}: {why}")
         return version
 
@@ -306,11 +314,12 @@ class ModelRegistryGateOperator(BaseOperator):
             problems += _schema_problems(wanted, _parquet_schema(self.dataset_path), f"dataset {self.dataset_path}")
         return problems
 
-    def _refuse(self, version: str | None, rule: str) -> NoReturn:
+    def _refuse(self, version: str | None, rule: str, *, no_model: bool = False) -> NoReturn:
+        """Fail; skip instead when nothing is registered yet and ``skip_if_no_model`` says so."""
         subject = f"model {self.model_name!r}" + (f" version {version}" if version is not None else "")
         message = f"{subject} is not eligible: {rule}"
-        if self.soft_fail:
-            raise AirflowSkipException(f"{message} (soft_fail: skipping)")
+        if no_model and self.skip_if_no_model:
+            raise AirflowSkipException(f"{message} (skip_if_no_model: skipping)")
         raise AirflowFailException(message)
 
 

@@ -6,7 +6,7 @@ One registered model (fresh name) and three training runs A, B, C with a model e
    job's client is retrying with backoff: the job succeeds, A has one complete version;
 2. register(A) again (a retried task) reuses that version;
 3. register(B) and register(C) run at the same time: two more distinct versions, and
-   ``champion`` and its ``champion_history`` tag agree.
+   ``champion`` and its promotion history (``champion_history.*`` tags) agree.
 
 Promotion thresholds are opened (``--min-accuracy 0``, tolerance 1) so that every
 candidate is promoted: the runs' models are untrained, and the point is the bookkeeping.
@@ -21,6 +21,7 @@ import uuid
 import pytest
 
 from faults_support import BASE_DS, log_untrained_model
+from spark_jobs.promotion import read_history
 
 # MLflow's client retries refused connections with exponential backoff (default: 7 retries,
 # factor 2). Factor 1 (sleeps of 2, 4, 8, 16, 32, 64, 120, 120 s) keeps the wait after the
@@ -42,7 +43,7 @@ def registry(faults_stack, base_partition, mlflow_client):
     return {"model": model, "runs": runs, "curated_root": str(faults_stack.dataset("curated"))}
 
 
-def register_args(registry, name: str, promoted_at: str) -> list[str]:
+def register_args(registry, name: str, logical_time: str) -> list[str]:
     run_dir = registry["runs"][name]["dir"]
     return [
         "--train-manifest", str(run_dir / "train.json"),
@@ -52,7 +53,7 @@ def register_args(registry, name: str, promoted_at: str) -> list[str]:
         "--model-name", registry["model"],
         "--min-accuracy", "0", "--champion-tolerance", "1",
         "--git-revision", "faults", "--airflow-run-id", f"faults__{name}",
-        "--promoted-at", promoted_at,
+        "--logical-time", logical_time,
     ]
 
 
@@ -96,7 +97,7 @@ def test_register_started_while_mlflow_is_down_retries_then_succeeds(outage, reg
     model = mlflow_client.get_registered_model(registry["model"])
     assert model.aliases["challenger"] == version.version
     assert model.aliases["champion"] == version.version
-    assert [e["version"] for e in json.loads(model.tags["champion_history"])] == [version.version]
+    assert [e.version for e in read_history(model.tags)] == [version.version]
     manifest = json.loads((registry["runs"]["A"]["dir"] / "register.json").read_text())
     assert manifest["version"] == version.version and manifest["promoted"]
 
@@ -111,7 +112,7 @@ def test_retried_registration_reuses_its_version(retried, outage, registry, mlfl
     assert retried["rc"] == 0, retried["output"][-5000:]
     assert [v.version for v in retried["versions"]] == [outage["versions"][0].version]
     assert "reusing version" in retried["output"]
-    history = json.loads(mlflow_client.get_registered_model(registry["model"]).tags["champion_history"])
+    history = read_history(mlflow_client.get_registered_model(registry["model"]).tags)
     assert len(history) == 1  # a retry does not record a second promotion
 
 
@@ -129,7 +130,7 @@ def concurrent(faults_stack, registry, retried, mlflow_client):
         "outputs": [job.output for job in jobs],
         "versions": versions_of(mlflow_client, registry["model"]),
         "aliases": model.aliases,
-        "history": json.loads(model.tags["champion_history"]),
+        "history": read_history(model.tags),
     }
 
 
@@ -147,9 +148,11 @@ def test_champion_alias_and_history_stay_consistent(concurrent, registry):
     history, aliases = concurrent["history"], concurrent["aliases"]
     versions = {v.run_id: v.version for v in concurrent["versions"]}
     a, b, c = (versions[registry["runs"][name]["run_id"]] for name in CANDIDATES)
-    assert history[0]["version"] == a
-    assert {e["version"] for e in history} == {a, b, c}
-    assert aliases["champion"] == history[-1]["version"]
+    assert history[0].version == a
+    assert {e.version for e in history} == {a, b, c}
+    assert aliases["champion"] == history[-1].version
     assert aliases["champion"] in (b, c)
-    assert all(x["version"] != y["version"] for x, y in zip(history, history[1:]))
-    assert [e["since"] for e in history] == sorted(e["since"] for e in history)
+    assert all(x.version != y.version for x, y in zip(history, history[1:]))
+    assert all(e.state == "done" for e in history)
+    assert [e.moved_at for e in history] == sorted(e.moved_at for e in history)
+    assert [e.effective for e in history] == sorted(e.effective for e in history)

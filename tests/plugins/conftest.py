@@ -1,13 +1,17 @@
-"""Fixtures for the registry gate: a real MLflow tracking server (SQLite store, local artifacts).
+"""Fixtures for the registry gate: a real MLflow tracking server (local artifacts) on a
+SQLite store, and for the tests marked ``both_stores`` also on a PostgreSQL store.
 
-One server per test session (it takes a few seconds to start); every test registers its own
-model under a fresh name, so tests do not see each other's aliases, tags or versions.
+One server per store and test session (it takes a few seconds to start); every test
+registers its own model under a fresh name, so tests do not see each other's aliases, tags
+or versions.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,7 +21,8 @@ from typing import Any
 import pandas as pd  # module level: MLflow resolves predict's type hints in these globals
 import pytest
 
-from local_stack import LocalStack, free_port
+from local_stack import VENV_BIN, LocalStack, _stop_group, _wait_until_ready, free_port
+from registry_stores import STORES, postgres_database
 
 
 MLFLOW_ENV_VARS = (
@@ -34,18 +39,53 @@ SIGNATURE_COLUMNS = {"pixel0": "integer", "pixel1": "integer"}
 class MlflowServer:
     uri: str
     port: int
-    db_path: Path
+    db_path: Path | None  # the SQLite store; None on PostgreSQL
+    store: str = "sqlite"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_stores: run against MLflow on SQLite and on PostgreSQL")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``both_stores`` run once per store; the others on SQLite only."""
+    if "mlflow_server" in metafunc.fixturenames:
+        stores = STORES if metafunc.definition.get_closest_marker("both_stores") else ("sqlite",)
+        metafunc.parametrize("mlflow_server", stores, indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """``mlflow server`` on a free loopback port (the embedded stack's own launcher)."""
-    stack = LocalStack(state_dir=tmp_path_factory.mktemp("gate-stack"), mlflow_port=free_port())
-    stack.start_mlflow()
-    try:
-        yield MlflowServer(uri=stack.tracking_uri, port=stack.mlflow_port, db_path=stack.mlflow_db)
-    finally:
-        stack.stop_mlflow()
+def mlflow_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """``mlflow server`` on a free loopback port, on the store the test asks for."""
+    state_dir = tmp_path_factory.mktemp(f"gate-stack-{request.param}")
+    stack = LocalStack(state_dir=state_dir, mlflow_port=free_port())
+    if request.param == "sqlite":  # the embedded stack's own launcher
+        stack.start_mlflow()
+        try:
+            yield MlflowServer(uri=stack.tracking_uri, port=stack.mlflow_port, db_path=stack.mlflow_db)
+        finally:
+            stack.stop_mlflow()
+        return
+    with postgres_database("gate") as store_uri, open(state_dir / "server.log", "ab") as log:
+        server = subprocess.Popen(
+            [
+                str(VENV_BIN / "mlflow"), "server",
+                "--backend-store-uri", store_uri,
+                "--artifacts-destination", str(state_dir / "artifacts"),
+                "--host", "127.0.0.1", "--port", str(stack.mlflow_port), "--workers", "1",
+            ],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=stack.env(),
+        )
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{stack.tracking_uri}/health", timeout=2) as resp:
+                return resp.status == 200
+
+        try:
+            _wait_until_ready(server, healthy, 120, f"MLflow server on {store_uri}", state_dir / "server.log")
+            yield MlflowServer(uri=stack.tracking_uri, port=stack.mlflow_port, db_path=None, store="postgresql")
+        finally:
+            _stop_group(server)
 
 
 @pytest.fixture(autouse=True)

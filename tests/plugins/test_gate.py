@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ml_registry.alias_history import append_promotion
 from ml_registry.hooks import MlflowRegistryHook, MlflowServerUnavailableError
 from ml_registry.links import MlflowModelVersionLink
 from ml_registry.operators import ModelRegistryGateOperator
@@ -54,6 +53,7 @@ def set_status(db_path: Path, name: str, version: str, status: str) -> None:
 # -- selection and pinning ------------------------------------------------------------------
 
 
+@pytest.mark.both_stores
 def test_alias_resolves_and_pins_a_version(mlflow_conn, mlflow_server, make_model, logged_models):
     name = make_model((0, 1), champion=2)
 
@@ -114,10 +114,10 @@ def test_empty_version_means_the_alias(mlflow_conn, make_model):
         ({"policy": "as_of", "as_of": "last tuesday"}, "not an ISO-8601"),
     ],
 )
-def test_bad_parameters_fail_even_with_soft_fail(mlflow_conn, make_model, kwargs, match):
+def test_bad_parameters_fail_even_with_skip_if_no_model(mlflow_conn, make_model, kwargs, match):
     name = make_model((0,), champion=1)
     with pytest.raises(AirflowFailException, match=match):
-        run_gate(model_name=name, soft_fail=True, **kwargs)
+        run_gate(model_name=name, skip_if_no_model=True, **kwargs)
 
 
 def test_missing_model_fails(mlflow_conn):
@@ -214,6 +214,7 @@ def test_max_age_is_measured_at_the_logical_date(mlflow_conn, make_model):
         run_gate(now + dt.timedelta(days=2), model_name=name, max_age=dt.timedelta(days=1))
 
 
+@pytest.mark.both_stores
 def test_failed_checks_are_reported_together(mlflow_conn, make_model):
     name = make_model((0,), champion=1)
     with pytest.raises(AirflowFailException) as failure:
@@ -280,34 +281,42 @@ def test_unreadable_dataset_path_fails(mlflow_conn, make_model, tmp_path):
 # -- as_of ----------------------------------------------------------------------------------
 
 
+def promote(client, name: str, version: str, logical_time: dt.datetime, moved_at: dt.datetime) -> None:
+    """Promote the way the register job does (its own writer of the history), at ``moved_at``."""
+    from spark_jobs.promotion import promote_to_champion
+
+    assert promote_to_champion(client, name, version, logical_time=logical_time, clock=lambda: moved_at).moved
+
+
 @pytest.fixture
 def promoted_twice(client, make_model) -> str:
-    """v1 champion from Nov 1, v2 from Nov 15, recorded the way the register job records it."""
+    """v1 champion from the nightly of Nov 1, v2 from the nightly of Nov 15 (logical time
+    02:00, alias moved at 02:30)."""
     name = make_model((0, 1))
-    history = None
-    promotions = (("1", dt.datetime(2026, 11, 1, 2, 30, tzinfo=UTC)), ("2", dt.datetime(2026, 11, 15, 2, 30, tzinfo=UTC)))
-    for version, since in promotions:
-        history = append_promotion(history, version, since)
-        client.set_registered_model_tag(name, "champion_history", history)
-        client.set_registered_model_alias(name, "champion", version)
+    for version, night in (("1", dt.datetime(2026, 11, 1, 2, tzinfo=UTC)), ("2", dt.datetime(2026, 11, 15, 2, tzinfo=UTC))):
+        promote(client, name, version, night, night.replace(minute=30))
     return name
 
 
+@pytest.mark.both_stores
 def test_as_of_picks_the_champion_of_that_date(mlflow_conn, promoted_twice):
     pinned = run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-11-10")
     assert (pinned["version"], pinned["alias"], pinned["selected_by"]) == (
         "1", "champion", "as_of:champion@2026-11-10T00:00:00+00:00",
     )
-    assert run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-11-15T02:30:00Z")["version"] == "2"
+    assert run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-11-15T02:00:00Z")["version"] == "2"
+    assert run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-11-15T01:59:59Z")["version"] == "1"
     # The current policy sees only where the alias points now.
     assert run_gate(model_name=promoted_twice)["version"] == "2"
 
 
+@pytest.mark.both_stores
 def test_as_of_defaults_to_the_logical_date(mlflow_conn, promoted_twice):
     pinned = run_gate(dt.datetime(2026, 11, 14, 2, 0, tzinfo=UTC), model_name=promoted_twice, policy="as_of")
     assert (pinned["version"], pinned["selected_by"]) == ("1", "as_of:champion@2026-11-14T02:00:00+00:00")
 
 
+@pytest.mark.both_stores
 def test_as_of_refuses_a_date_before_any_champion(mlflow_conn, promoted_twice):
     refusal = r"no version held alias 'champion' at 2026-10-01T00:00:00\+00:00: the first recorded promotion \(version 1\)"
     with pytest.raises(AirflowFailException, match=refusal):
@@ -316,13 +325,42 @@ def test_as_of_refuses_a_date_before_any_champion(mlflow_conn, promoted_twice):
 
 def test_as_of_without_history_fails(mlflow_conn, make_model):
     name = make_model((0,), champion=1)
-    with pytest.raises(AirflowFailException, match="no promotion history recorded in registered-model tag 'champion_hist"):
+    with pytest.raises(AirflowFailException, match="no promotion history recorded in registered-model tags 'champion_hist"):
         run_gate(model_name=name, policy="as_of", as_of="2026-11-20")
+
+
+def test_as_of_still_reads_the_legacy_single_tag_history(mlflow_conn, client, make_model):
+    name = make_model((0, 1), champion=1)
+    legacy = [{"version": "1", "since": "2026-10-01T02:00:00+00:00"}]
+    client.set_registered_model_tag(name, "champion_history", json.dumps(legacy))
+    promote(client, name, "2", dt.datetime(2026, 11, 15, 2, tzinfo=UTC), dt.datetime(2026, 11, 15, 2, 5, tzinfo=UTC))
+    assert run_gate(model_name=name, policy="as_of", as_of="2026-10-01T02:00:00Z")["version"] == "1"
+    assert run_gate(model_name=name, policy="as_of", as_of="2026-11-15T02:00:00Z")["version"] == "2"
 
 
 def test_as_of_checks_the_version_it_picked(mlflow_conn, promoted_twice):
     with pytest.raises(AirflowFailException, match=rf"model '{promoted_twice}' version 1 is not eligible: min_version"):
         run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-11-10", min_version=2)
+
+
+@pytest.mark.both_stores
+def test_batch_scoring_rescores_a_day_with_the_version_the_nightly_scored_it_with(mlflow_conn, client, make_model, parse_dags):
+    """Day 2026-11-28 was first scored by the nightly with logical time 11-29 02:00, which
+    promoted v2 at 02:05 and scored at 02:10. A backfill of that day (its run's logical
+    date is 11-28 00:00, when v1 was champion) must pick v2."""
+    name = make_model((0, 1))
+    promote(client, name, "1", dt.datetime(2026, 11, 1, 2, tzinfo=UTC), dt.datetime(2026, 11, 1, 2, 5, tzinfo=UTC))
+    promote(client, name, "2", dt.datetime(2026, 11, 29, 2, tzinfo=UTC), dt.datetime(2026, 11, 29, 2, 5, tzinfo=UTC))
+    from airflow.sdk.execution_time import macros
+
+    dag = parse_dags().dags["ml_batch_scoring"]
+    gate = dag.get_task("gate_model")
+    day = dt.datetime(2026, 11, 28, tzinfo=UTC)
+    dag_run = SimpleNamespace(data_interval_start=day, data_interval_end=day + dt.timedelta(days=1), logical_date=day, run_after=day)
+    as_of = dag.get_template_env().from_string(gate.as_of).render(macros=macros, dag_run=dag_run)
+
+    pinned = run_gate(day, model_name=name, policy="as_of", as_of=as_of)
+    assert (pinned["version"], pinned["selected_by"]) == ("2", "as_of:champion@2026-11-29T02:00:00+00:00")
 
 
 # -- outcomes: retryable, failed, skipped --------------------------------------------------
@@ -333,21 +371,40 @@ def test_unreachable_server_is_retryable_while_ineligible_is_not(mlflow_conn, un
 
     with pytest.raises(AirflowFailException):
         run_gate(model_name=name)
-    for soft_fail in (False, True):  # soft_fail must not turn an outage into a silent skip
+    for skip in (False, True):  # skip_if_no_model must not turn an outage into a silent skip
         with pytest.raises(MlflowServerUnavailableError) as outage:
-            run_gate(model_name=name, mlflow_conn_id=unreachable_conn.conn_id, soft_fail=soft_fail)
+            run_gate(model_name=name, mlflow_conn_id=unreachable_conn.conn_id, skip_if_no_model=skip)
         assert not isinstance(outage.value, (AirflowFailException, AirflowSkipException))
         assert unreachable_conn.uri in str(outage.value)
 
 
-def test_soft_fail_skips_when_no_model_is_eligible(mlflow_conn, make_model):
+@pytest.mark.both_stores
+def test_skip_if_no_model_skips_only_while_there_is_no_champion(mlflow_conn, make_model):
     name = make_model((0,))
     with pytest.raises(AirflowSkipException, match=r"alias 'champion' is not set"):
-        run_gate(model_name=name, soft_fail=True)
-    with pytest.raises(AirflowSkipException, match=r"required_tags"):
-        run_gate(model_name=name, version=1, required_tags={"validation_status": "passed"}, soft_fail=True)
+        run_gate(model_name=name, skip_if_no_model=True)
     with pytest.raises(AirflowSkipException, match=r"registered model does not exist"):
-        run_gate(model_name="never-registered", soft_fail=True)
+        run_gate(model_name="never-registered", skip_if_no_model=True)
+
+
+@pytest.mark.both_stores
+def test_skip_if_no_model_still_fails_an_ineligible_champion(mlflow_conn, mlflow_server, client, make_model):
+    """A champion that fails validation or does not fit the data is a problem to see (a red
+    run), not a reason to go green without predictions."""
+    name = make_model((0,), champion=1)
+    client.set_model_version_tag(name, "1", "validation_status", "failed")
+    with pytest.raises(AirflowFailException, match=r"tag 'validation_status' is 'failed'"):
+        run_gate(model_name=name, required_tags={"validation_status": "passed"}, skip_if_no_model=True)
+    with pytest.raises(AirflowFailException, match=r"signature: input column 'pixel1'"):
+        run_gate(model_name=name, expected_schema={"pixel0": "integer"}, skip_if_no_model=True)
+    with pytest.raises(AirflowFailException, match=r"version 7 is not eligible: version does not exist"):
+        run_gate(model_name=name, version=7, skip_if_no_model=True)
+    with pytest.raises(AirflowFailException, match=r"no version held alias"):
+        run_gate(model_name=name, policy="as_of", as_of="2026-11-20", skip_if_no_model=True)
+    if mlflow_server.db_path is not None:
+        set_status(mlflow_server.db_path, name, "1", "FAILED_REGISTRATION")
+        with pytest.raises(AirflowFailException, match=r"status is FAILED_REGISTRATION"):
+            run_gate(model_name=name, skip_if_no_model=True)
 
 
 # -- hook -------------------------------------------------------------------------------------

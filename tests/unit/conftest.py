@@ -5,6 +5,7 @@ import os
 import sys
 
 import pytest
+from registry_stores import STORES, registry_store
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +28,13 @@ def spark():
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session", params=STORES)
+def registry_client(request, tmp_path_factory):
+    """An ``MlflowClient`` on a fresh registry store, SQLite and PostgreSQL in turn (the
+    SQLAlchemy store in this process: the same store code an MLflow server runs)."""
+    from mlflow import MlflowClient
+
+    with registry_store(request.param, tmp_path_factory.mktemp(f"registry-{request.param}")) as uri:
+        yield MlflowClient(tracking_uri=uri, registry_uri=uri)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from spark_jobs.register import promotion_decision
+import pytest
+
+from spark_jobs.register import parse_args, promotion_decision
 
 
 def test_first_model_above_floor_is_promoted():
@@ -22,41 +24,25 @@ def test_worse_than_champion_beyond_tolerance_fails():
     assert not passed and "worse than champion" in reason
 
 
-def test_promotion_history_appends_and_is_idempotent_for_retries():
-    import datetime as dt
-    import json
-
-    from spark_jobs.register import appended_history
-
-    t1 = dt.datetime(2026, 11, 20, 2, 0, tzinfo=dt.timezone.utc)
-    t2 = dt.datetime(2026, 11, 25, 2, 0, tzinfo=dt.timezone.utc)
-    once = appended_history(None, "1", t1)
-    twice = appended_history(appended_history(once, "2", t2), "2", t2 + dt.timedelta(hours=1))
-    assert json.loads(twice) == [
-        {"version": "1", "since": "2026-11-20T02:00:00+00:00"},
-        {"version": "2", "since": "2026-11-25T02:00:00+00:00"},
-    ]
+REQUIRED = [
+    "--train-manifest", "t.json", "--output-manifest", "r.json", "--curated-root", "/c",
+    "--start-ds", "2026-11-01", "--end-ds", "2026-11-28", "--model-name", "m",
+    "--logical-time", "2026-11-29T02:00:00+00:00",
+]
 
 
-def test_history_written_by_register_is_read_by_the_gate():
-    import datetime as dt
-
-    from ml_registry.alias_history import version_as_of
-    from spark_jobs.register import appended_history
-
-    t1 = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
-    history = appended_history(appended_history(None, "1", t1), "2", t1 + dt.timedelta(days=5))
-    assert version_as_of(history, t1 - dt.timedelta(days=1)) is None
-    assert version_as_of(history, t1 + dt.timedelta(days=2)) == "1"
-    assert version_as_of(history, t1 + dt.timedelta(days=6)) == "2"
+def test_the_lock_is_presumed_dead_before_a_waiter_gives_up_by_default():
+    args = parse_args(REQUIRED)
+    assert 0 < args.lock_stale_after < args.lock_timeout
 
 
-def test_history_never_goes_back_in_time():
-    import datetime as dt
-    import json
+def test_a_stale_after_at_or_above_the_timeout_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        parse_args([*REQUIRED, "--lock-timeout", "600", "--lock-stale-after", "900"])
+    assert "--lock-stale-after (900) must be positive and below --lock-timeout (600)" in capsys.readouterr().err
 
-    from spark_jobs.register import appended_history
 
-    late = dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc)
-    history = appended_history(appended_history(None, "1", late), "2", late - dt.timedelta(days=3))
-    assert [e["since"] for e in json.loads(history)] == [late.isoformat(), late.isoformat()]
+def test_the_logical_time_needs_a_utc_offset(capsys):
+    with pytest.raises(SystemExit):
+        parse_args([*REQUIRED[:-1], "2026-11-29T02:00:00"])
+    assert "needs a UTC offset" in capsys.readouterr().err
