@@ -128,9 +128,10 @@ def test_bulk_backfill_matches_daily_runs_row_for_row(backfills, report_figure):
 
 
 def test_as_of_policy_scores_each_day_with_the_champion_of_that_day(services, backfills, mlflow_client, champion):
-    """Version 'old' is champion until 2026-11-02T12:00, then 'new': the run of 11-02
-    (logical date 00:00 of the day) scores with old, the run of 11-03 with new. Two days,
-    one round of the DAG's two active runs."""
+    """Version 'old' is champion until 2026-11-03T12:00, then 'new'. Day D resolves at the
+    nightly's logical time for D (D+1 02:00 UTC, after that night's promotion): 11-02 at
+    11-03 02:00 scores with old, 11-03 at 11-04 02:00 with new. Two days, one round of the
+    DAG's two active runs. The history is in the legacy one-tag format, which is still read."""
     old = champion
     import mlflow
 
@@ -141,7 +142,7 @@ def test_as_of_policy_scores_each_day_with_the_champion_of_that_day(services, ba
         mlflow.set_tracking_uri(None)
     history = [
         {"version": old.version, "since": "2026-10-01T00:00:00+00:00"},
-        {"version": new.version, "since": "2026-11-02T12:00:00+00:00"},
+        {"version": new.version, "since": "2026-11-03T12:00:00+00:00"},
     ]
     mlflow_client.set_registered_model_tag(MODEL, "champion_history", json.dumps(history))
     mlflow_client.set_registered_model_alias(MODEL, "champion", new.version)
