@@ -51,8 +51,10 @@ def test_default_settings_add_no_landing_tasks(parse):
     bag = parse()
     for dag in bag.dags.values():
         assert not {"wait_for_raw_drop", "stage_raw_drop"} & set(dag.task_ids), dag.dag_id
-    assert bag.dags["ml_nightly_retrain"].get_task("ingest_raw_drop").upstream_task_ids == set()
-    assert bag.dags["ml_batch_scoring"].get_task("ingest_raw_drop").upstream_task_ids == {"check_conf"}
+    # Every partition writer runs between its partition lock's claim and release.
+    assert bag.dags["ml_nightly_retrain"].get_task("ingest_raw_drop").upstream_task_ids == {"claim_curated"}
+    assert bag.dags["ml_batch_scoring"].get_task("ingest_raw_drop").upstream_task_ids == {"claim_curated"}
+    assert bag.dags["ml_batch_scoring"].get_task("claim_curated").upstream_task_ids == {"check_conf"}
     assert "--checkpoint-dir" not in bag.dags["ml_nightly_retrain"].get_task("train_model").application_args
 
 
@@ -63,7 +65,9 @@ def test_landing_zone_waits_then_stages_before_ingest(parse, dag_id, before_wait
     dag = parse(**LANDING).dags[dag_id]
     wait, stage, ingest = (dag.get_task(t) for t in ("wait_for_raw_drop", "stage_raw_drop", "ingest_raw_drop"))
     assert wait.upstream_task_ids == before_wait
-    assert stage.upstream_task_ids == {"wait_for_raw_drop"}
+    # Staging writes the files ingest reads, so it runs inside the partition lock; the wait does not.
+    assert dag.get_task("claim_curated").upstream_task_ids == {"wait_for_raw_drop"}
+    assert stage.upstream_task_ids == {"claim_curated"}
     assert ingest.upstream_task_ids == {"stage_raw_drop"}
     assert isinstance(wait, WasbPrefixSensor)
     assert (wait.wasb_conn_id, wait.container_name) == ("wasb_landing", "landing")
@@ -81,8 +85,11 @@ def test_checkpoint_root_gives_each_run_its_checkpoint_dir(parse):
     train = parse(**CHECKPOINTS).dags["ml_nightly_retrain"].get_task("train_model")
     render(train)
     args = train.application_args
+    from ml_platform.partitions import run_key
+
     assert args[args.index("--checkpoint-dir") + 1] == (
-        "abfss://ml@account.dfs.core.windows.net/checkpoints/ml_nightly_retrain/scheduled__2026-11-29T02_00_00_00_00"
+        "abfss://ml@account.dfs.core.windows.net/checkpoints/ml_nightly_retrain/"
+        + run_key("scheduled__2026-11-29T02:00:00+00:00")
     )
 
 
@@ -188,7 +195,9 @@ def test_synapse_request_carries_the_tracking_uri_and_no_secret(parse, monkeypat
     assert body["file"].endswith("spark_jobs/entrypoints/train.py")
     assert body["args"] == args and "--checkpoint-dir" in args
     assert body["pyFiles"][0].endswith("spark_jobs.zip")
-    assert body["name"] == "train-ml_nightly_retrain-scheduled__2026-11-29T02_00_00_00_00"
+    from ml_platform.partitions import run_key
+
+    assert body["name"] == f"train-ml_nightly_retrain-{run_key('scheduled__2026-11-29T02:00:00+00:00')}"
     assert (body["numExecutors"], body["driverMemory"]) == (3, "28g")
     for prefix in ("spark.yarn.appMasterEnv.", "spark.executorEnv."):
         assert body["conf"][f"{prefix}MLFLOW_TRACKING_URI"] == "https://mlflow.example.com:443"
