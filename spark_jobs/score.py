@@ -50,7 +50,7 @@ def score_partition(curated_df: DataFrame, model: PinnedModel) -> DataFrame:
 def score_partitions(spark, model: PinnedModel, input_root: str, scored_root: str, start_ds: str, end_ds: str) -> dict:
     """Score every curated partition in ``start_ds..end_ds`` with one model, in one job.
 
-    All partitions are committed together (Spark's dynamic partition overwrite), each
+    All partitions are committed together by ``replace_partitions`` (one commit, so readers see every new day at once), each
     replacing its previous version; days without a curated partition are reported, the
     others still written. Returns the per-partition counts read back from the output.
     """
