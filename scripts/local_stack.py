@@ -18,12 +18,14 @@ the Azure deployment (landing zone, MLflow artifacts and checkpoints on blob sto
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +35,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = REPO / ".venv" / "bin"
+# Airflow components that start a log server unless told ``--skip-serve-logs``.
+SERVE_LOGS_COMPONENTS = (["scheduler"], ["triggerer"], ["celery", "worker"])
 # npm package installed by ``scripts/setup_env.sh --dev`` (it reads the version from here).
 AZURITE_VERSION = "3.37.0"
 
@@ -61,6 +65,63 @@ def write_curated_partition(curated_root: Path, ds: str, rows: int) -> None:
     partition = curated_root / f"ds={ds}"
     partition.mkdir(parents=True)
     pq.write_table(table, partition / "part-00000.parquet")
+
+
+def is_loopback(ip: str) -> bool:
+    """127.0.0.0/8 and ::1, also in the IPv4-mapped form the JVM lists (``::ffff:127.0.0.1``)."""
+    address = ipaddress.ip_address(ip.split("%")[0])
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+
+
+class SocketWatch:
+    """Every TCP socket listening in a process or its descendants while a block runs, as
+    ``(address, port, command line)``: sampled by a background thread, so services that
+    live only during a job (Horovod's) are seen too; a socket that listens for less than
+    an interval (a Gloo pair's, while ranks connect) may be missed. Subclasses may look
+    at each process as well (:meth:`observe`)."""
+
+    def __init__(self, root_pid: int | None = None, interval: float = 0.2) -> None:
+        self.root_pid, self.interval = root_pid or os.getpid(), interval
+        self.listeners: set[tuple[str, int, str]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def observe(self, proc, cmdline: str) -> None:
+        """Called for each live process of the tree at every sample."""
+
+    def sample(self) -> None:
+        import psutil
+
+        root = psutil.Process(self.root_pid)
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                cmdline = " ".join(proc.cmdline())
+                self.observe(proc, cmdline)
+                for conn in proc.net_connections(kind="tcp"):
+                    if conn.status == psutil.CONN_LISTEN:
+                        self.listeners.add((conn.laddr.ip, conn.laddr.port, cmdline))
+            except (psutil.Error, OSError):  # gone or going while being read
+                continue
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def holders(self, pattern: str) -> list[str]:
+        """Command lines containing ``pattern`` that held a listening socket."""
+        return sorted({cmd for _, _, cmd in self.listeners if pattern in cmd})
+
+    def exposed(self) -> list[tuple[str, int, str]]:
+        """Listeners on any address but loopback (command lines shortened)."""
+        return sorted((ip, port, cmd[:160]) for ip, port, cmd in self.listeners if not is_loopback(ip))
 
 
 def git_revision() -> str:
@@ -185,6 +246,9 @@ class LocalStack:
     # Where the MLflow server keeps artifacts; default: a folder of the state dir.
     artifacts_destination: str | None = None
     api_port: int = 8080
+    # Airflow's log servers (worker, triggerer) are not started (see start_airflow_services);
+    # should one start anyway, it must not take the fixed default another stack here holds.
+    log_server_ports: tuple[int, int] = field(default_factory=lambda: (free_port(), free_port()))
     spark_master_ui: str | None = None
     _mlflow: subprocess.Popen | None = None
     _services: list[subprocess.Popen] = field(default_factory=list)
@@ -228,6 +292,8 @@ class LocalStack:
             # 5 s busy timeout is too short on a loaded machine ("database is locked").
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.airflow_home / 'airflow.db'}?timeout=120",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.airflow_home / "logs"),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_server_ports[0]),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.log_server_ports[1]),
             # The API server, scheduler, dag-processor and task processes must share these.
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.api_port),
@@ -325,14 +391,20 @@ class LocalStack:
 
         Scheduler-driven runs (backfills, triggers, Assets) need all three: tasks report
         to the API server. Authentication is off (every user an admin): loopback only.
+
+        Components that would start Airflow's log server (scheduler, triggerer, Celery
+        worker) run with ``--skip-serve-logs``: it listens on all interfaces and Airflow
+        3.3 has no setting for its address, and on one machine the API server reads the
+        task logs from the shared log folder anyway.
         """
         logs = self.airflow_home / "service-logs"
         logs.mkdir(parents=True, exist_ok=True)
         for component in [["api-server"], ["scheduler"], ["dag-processor"], *(extra_components or [])]:
             out = open(logs / f"{'-'.join(component)}.log", "ab")
+            options = ["--skip-serve-logs"] if component in SERVE_LOGS_COMPONENTS else []
             self._services.append(
                 subprocess.Popen(
-                    [str(VENV_BIN / "airflow"), *component],
+                    [str(VENV_BIN / "airflow"), *component, *options],
                     stdout=out, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True,
                 )
             )
@@ -354,6 +426,11 @@ class LocalStack:
             time.sleep(1)
         self.stop_airflow_services()
         raise TimeoutError(f"Airflow services not healthy on {self.api_url} after {timeout:.0f} s; see {logs}")
+
+    def service_pids(self) -> list[int]:
+        """Process ids of the running services started by this stack (their children not
+        included): the Airflow components, Spark master and workers."""
+        return [proc.pid for proc in self._services if proc.poll() is None]
 
     def stop_services(self) -> None:
         """Everything started by start_airflow_services / start_spark_cluster."""

@@ -35,6 +35,7 @@ import re
 import sys
 import time
 from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 from urllib.parse import urlparse
 
@@ -52,9 +53,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BACKENDS = ("horovod", "torch_distributor")
-# What the driver hands torchrun's fresh rank processes from its environment: the MLflow
-# endpoint and credentials, and the Azure storage credentials checkpoints are written with.
-RANK_ENV_PREFIXES = ("MLFLOW_", "AZURE_STORAGE_")
+# What the driver hands the rank processes from its environment, with either backend. The
+# values cross the network (Horovod's task RPC, unencrypted; the closure TorchDistributor
+# ships with each task), so only what a rank needs: where the job's modules are, thread
+# and collective (Horovod, Gloo, NCCL) settings, and the MLflow endpoint with its
+# credentials, because rank 0 logs each epoch's metrics to the run. Never the Airflow
+# connections, the metadata-DB URL or any other secret of the driver.
+RANK_ENV_NAMES = ("PYTHONPATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+RANK_ENV_PREFIXES = ("MLFLOW_", "HOROVOD_", "GLOO_", "NCCL_")
+# Storage credentials only with checkpoints on that storage (rank 0 writes them, every
+# rank reads the one it resumes from): adlfs reads these for abfs[s]:// and az:// URLs.
+CHECKPOINT_ENV_PREFIXES = {"abfs": ("AZURE_STORAGE_",), "abfss": ("AZURE_STORAGE_",), "az": ("AZURE_STORAGE_",)}
+
+
+def rank_environment(environ: Mapping[str, str], checkpoint_dir: str | None) -> dict[str, str]:
+    """The part of the driver's ``environ`` a rank gets (the allow-list above)."""
+    prefixes = RANK_ENV_PREFIXES
+    if checkpoint_dir:
+        prefixes += CHECKPOINT_ENV_PREFIXES.get(urlparse(checkpoint_dir).scheme, ())
+    return {k: v for k, v in environ.items() if k in RANK_ENV_NAMES or k.startswith(prefixes)}
 
 
 @dataclass(frozen=True)
@@ -413,16 +430,19 @@ def torch_distributor_rank(config_fields: dict[str, Any], shard_files: list[str]
 # --- launching the ranks -----------------------------------------------------------------
 
 
-def run_horovod(spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str) -> dict:
-    """Ranks as Spark tasks through ``horovod.spark.run``; returns rank 0's result."""
-    import horovod.spark
+def run_horovod(
+    spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str | None
+) -> dict:
+    """Ranks as Spark tasks through ``horovod.spark.run`` (on loopback when Spark is, see
+    :mod:`spark_jobs.horovod_launch`); returns rank 0's result."""
+    from spark_jobs import horovod_launch
 
-    results = horovod.spark.run(
+    results = horovod_launch.run(
+        spark,
         horovod_rank,
         args=(config, shard_files, run_id),
         num_proc=num_ranks,
-        env=dict(os.environ),
-        verbose=1,
+        env=rank_environment(os.environ, config.checkpoint_dir),
     )
     return next(r for r in results if r["rank"] == 0)
 
@@ -471,7 +491,7 @@ def run_torch_distributor(
     from pyspark.ml.torch.distributor import TorchDistributor
 
     use_gpu = float(spark.conf.get("spark.task.resource.gpu.amount", "0") or 0) > 0
-    rank_env = {k: v for k, v in os.environ.items() if k.startswith(RANK_ENV_PREFIXES)}
+    rank_env = rank_environment(os.environ, config.checkpoint_dir)
     distributor = TorchDistributor(num_processes=num_ranks, local_mode=False, use_gpu=use_gpu)
     return distributor.run(_torchrun_entry(_job_archives(spark), rank_env), asdict(config), shard_files, run_id)
 

@@ -8,11 +8,19 @@ runs, a thread reads the command line of every process of the run; afterwards ev
 under the stack's state folder (task logs, Airflow's database, manifests, data, MLflow's
 store) and the command's output (``dags test`` prints the task logs there) are searched
 for the password.
+
+Training: ``horovod.spark.run`` sends the environment it is given to every rank over
+Horovod's unencrypted task RPC. Two Horovod ranks train in this process's local[2] session
+with sentinel secrets (Airflow connections, the metadata-DB URL, a storage connection
+string, an unrelated secret) planted in the driver's environment after the session's JVM
+started, so a rank that has one received it from the driver. A thread reads each rank's
+environment and the listening sockets of this process and its descendants meanwhile.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import threading
 import uuid
@@ -23,7 +31,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from faults_support import MARKER_VAR, log_untrained_model, marked_processes, mlflow_client_env, new_marker
-from local_stack import VENV_BIN
+from local_stack import VENV_BIN, SocketWatch
 
 LOGICAL_DATE, PARTITION = "2026-10-11", "2026-10-10"
 ROWS = 200
@@ -188,3 +196,82 @@ def test_every_spark_task_follows_the_credentials_setting(parse_dags, setting, p
     spark_tasks = [t for dag in bag.dags.values() for t in dag.tasks if isinstance(t, MlflowSparkSubmitOperator)]
     assert len(spark_tasks) >= 8
     assert {t.pass_mlflow_credentials for t in spark_tasks} == {passed}
+
+
+# Planted in the training driver's environment; none may reach a rank.
+DRIVER_SECRETS = {
+    "AIRFLOW_CONN_WAREHOUSE": "postgresql://svc:sentinel-conn-pw@warehouse.internal/db",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:sentinel-db-pw@db.internal/airflow",
+    "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=sentinel-key",
+    "PAYMENTS_API_SECRET": "sentinel-unrelated-secret",
+}
+# What rank 0 needs to log metrics: it must arrive (so the test sees what the RPC carries).
+RANK_SETTING = ("MLFLOW_TRACKING_URI", "http://127.0.0.1:9/sentinel-tracking-uri")
+
+
+class RankWatch(SocketWatch):
+    """Listening sockets of this process and its descendants, and each Horovod rank's
+    environment (by rank)."""
+
+    def __init__(self) -> None:
+        super().__init__(interval=0.1)
+        self.rank_envs: dict[str, dict[str, str]] = {}
+
+    def observe(self, proc, cmdline: str) -> None:
+        if "gloo_exec_fn" in cmdline:
+            env = proc.environ()
+            if "HOROVOD_RANK" in env:
+                self.rank_envs.setdefault(env["HOROVOD_RANK"], env)
+
+
+@pytest.fixture(scope="module")
+def horovod_training(ingest_spark, base_partition, faults_stack, tmp_path_factory):
+    """Two Horovod ranks, one epoch, through ``run_horovod`` as the train job calls it."""
+    from spark_jobs.dataset import filter_training_rows
+    from spark_jobs.partitions import read_partitions
+    from spark_jobs.train import TrainConfig, run_horovod, write_training_shards
+
+    window_df = read_partitions(ingest_spark, str(faults_stack.dataset("curated")), base_partition, base_partition)
+    shard_dir = tmp_path_factory.mktemp("horovod-env") / "shards"
+    shard_files = write_training_shards(filter_training_rows(window_df, 20, 7), str(shard_dir), 2)
+    # Horovod's launcher installs its own SIGINT/SIGTERM handlers in the driver.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in [*DRIVER_SECRETS.items(), RANK_SETTING]:
+            patch.setenv(name, value)
+        with RankWatch() as watch:
+            rank0 = run_horovod(ingest_spark, TrainConfig(epochs=1), shard_files, 2, None)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    return {"rank0": rank0, "watch": watch}
+
+
+def test_horovod_ranks_receive_no_secret_of_the_driver(horovod_training):
+    rank0, watch = horovod_training["rank0"], horovod_training["watch"]
+    assert rank0["rank"] == 0 and [h["epoch"] for h in rank0["history"]] == [1]
+    assert sorted(watch.rank_envs) == ["0", "1"], "the watch missed a rank"
+    for rank, env in watch.rank_envs.items():
+        leaked = sorted(set(DRIVER_SECRETS) & set(env))
+        assert leaked == [], f"rank {rank} received {leaked}"
+        assert not any(value in env.values() for value in DRIVER_SECRETS.values())
+        # Not vacuous: what the driver sends does arrive.
+        name, value = RANK_SETTING
+        assert env.get(name) == value, f"rank {rank} did not get {name} from the driver"
+
+
+def test_horovod_listens_on_loopback_only(horovod_training):
+    """Driver service, task services, Gloo rendezvous and the ranks' Gloo pairs: all on
+    127.0.0.1, as the local[2] Spark driver is (SPARK_LOCAL_IP)."""
+    watch = horovod_training["watch"]
+    assert watch.exposed() == []
+    # Not vacuous: the watch saw the long-lived Horovod listeners.
+    assert watch.holders(" ".join(psutil.Process().cmdline())), "driver service, rendezvous (this process)"
+    assert watch.holders("pyspark.daemon"), "a task service (in a Spark Python worker)"
+    # Gloo's pair listeners live only while the ranks connect, too briefly to sample
+    # reliably: each binds the address of the interface its rank was given.
+    from spark_jobs.horovod_launch import interface_of
+
+    loopback = interface_of("127.0.0.1")
+    assert sorted(watch.rank_envs) == ["0", "1"], "the watch missed a rank"
+    for rank, env in watch.rank_envs.items():
+        assert env.get("HOROVOD_GLOO_IFACE") == loopback, f"rank {rank}: {env.get('HOROVOD_GLOO_IFACE')}"

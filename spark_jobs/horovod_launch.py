@@ -1,0 +1,118 @@
+"""``horovod.spark.run`` that keeps every Horovod socket on loopback when Spark is.
+
+Horovod 0.28.1 binds the services of a Spark run to all interfaces: the driver service
+(in the Spark driver), a task service in every Spark task and the Gloo rendezvous server
+all listen on ``('', port)`` (``horovod.runner.util.network.find_port``), and it has no
+setting to change that. Its ``nics`` argument only chooses the addresses the services
+advertise and the interface Gloo's rank-to-rank connections use
+(``HOROVOD_GLOO_IFACE``).
+
+When the Spark driver itself is bound to a loopback address (the embedded stack sets
+``SPARK_LOCAL_IP=127.0.0.1``), every executor runs on this machine, so :func:`run` passes
+that loopback interface as ``nics`` and makes the three services bind the driver's
+address: in the driver for the run's duration, and in each Spark task around Horovod's
+own task function. Elsewhere (a cluster, where ranks on other hosts must reach each other)
+Horovod's defaults stay; restrict it with ``nics`` and the network instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+# The modules that call find_port, each through its own imported name.
+_SERVER_MODULES = ("horovod.runner.common.util.network", "horovod.runner.http.http_server")
+
+
+def loopback_bind_address(spark: SparkSession) -> str | None:
+    """The IPv4 address the Spark driver binds to when it is a loopback one, else None.
+
+    Spark binds ``spark.driver.bindAddress``, by default ``spark.driver.host``, which is a
+    host name as often as an address (``localhost`` with ``SPARK_LOCAL_IP=127.0.0.1``).
+    Horovod's services speak IPv4 only.
+    """
+    conf = spark.sparkContext.getConf()
+    host = conf.get("spark.driver.bindAddress") or conf.get("spark.driver.host")
+    if not host:
+        return None
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, socket.AF_INET)}
+    except socket.gaierror:
+        return None
+    if addresses and all(ipaddress.ip_address(a).is_loopback for a in addresses):
+        return "127.0.0.1" if "127.0.0.1" in addresses else sorted(addresses)[0]
+    return None
+
+
+def interface_of(address: str) -> str:
+    """The network interface that holds ``address`` (``lo`` for 127.0.0.1 on Linux)."""
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == address for a in addresses):
+            return name
+    raise RuntimeError(f"no network interface holds {address}")
+
+
+@contextlib.contextmanager
+def services_bound_to(host: str) -> Iterator[None]:
+    """Within the block, the Horovod services this process starts listen on ``host`` only."""
+    modules = [importlib.import_module(name) for name in _SERVER_MODULES]
+    originals = [module.find_port for module in modules]
+    # Horovod's own search for a free port, each try bound to ``host`` instead of ''.
+    search = originals[0]
+
+    def find_port(server_factory: Callable[[tuple[str, int]], Any]):
+        return search(lambda addr: server_factory((host, addr[1])))
+
+    for module in modules:
+        module.find_port = find_port
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, originals):
+            module.find_port = original
+
+
+def _task_mappers_bound_to(host: str, make_mapper: Callable[..., Callable]) -> Callable[..., Callable]:
+    """Horovod's ``_make_mapper`` with each Spark task's task service bound to ``host``."""
+
+    def make(*args: Any, **kwargs: Any) -> Callable:
+        mapper = make_mapper(*args, **kwargs)
+
+        def bound_mapper(index, iterator):
+            with services_bound_to(host):
+                yield from mapper(index, iterator)
+
+        return bound_mapper
+
+    return make
+
+
+def run(spark: SparkSession, fn: Callable, *, args: tuple, num_proc: int, env: dict[str, str], verbose: int = 1) -> list:
+    """``horovod.spark.run(fn, args, num_proc=num_proc, env=env)``; on a loopback-bound
+    Spark driver, with every Horovod socket on that address. Returns each rank's result."""
+    import horovod.spark
+    import horovod.spark.runner as spark_runner
+
+    host = loopback_bind_address(spark)
+    if host is None:
+        return horovod.spark.run(fn, args=args, num_proc=num_proc, env=env, verbose=verbose)
+    nics = {interface_of(host)}
+    log.info("Horovod services and Gloo bound to %s (%s), as the Spark driver is", host, ", ".join(nics))
+    make_mapper = spark_runner._make_mapper
+    spark_runner._make_mapper = _task_mappers_bound_to(host, make_mapper)
+    try:
+        with services_bound_to(host):
+            return horovod.spark.run(fn, args=args, num_proc=num_proc, env=env, verbose=verbose, nics=nics)
+    finally:
+        spark_runner._make_mapper = make_mapper
