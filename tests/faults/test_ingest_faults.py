@@ -29,9 +29,9 @@ import pyarrow.dataset as pads
 import pytest
 
 from faults_support import wait_for_no_orphans
-from spark_jobs.ingest import SNIFF_BYTES, IngestError, ingest_manifest_path, ingest_partition
+from spark_jobs.ingest import SNIFF_BYTES, IngestError, ingest_manifest_path, ingest_partition, rejected_manifest_path
 from spark_jobs.sample_data import make_rows
-from spark_jobs.schema import RAW_COLS
+from spark_jobs.schema import PIXEL_COLS, RAW_COLS
 
 STORY_DS = "2026-10-05"
 HEADER = ",".join(RAW_COLS)
@@ -47,6 +47,8 @@ def with_pixel(index: int, value: str) -> list[str]:
     pixels[index] = value
     return pixels
 
+
+LINE_SEPARATOR = "line separator U+{:04X} in the row: a line break no CSV reader agrees on"
 
 # (what is wrong, the raw line, the reason ingest must give). Each one is a distinct bad input.
 BAD_ROWS = [
@@ -68,8 +70,14 @@ BAD_ROWS = [
     ("every field empty", ",".join([""] * 785), "label is empty or not an integer: ''"),
     ("NUL byte inside a row", "3\x00," + ",".join(ZEROS),
      "control character U+0000 in the row: binary data or a non-UTF-8 encoding"),
-    ("Latin-1 byte, invalid UTF-8", row(pixels=with_pixel(4, "\xe9")),
+    ("Latin-1 byte, invalid UTF-8", row(pixels=with_pixel(4, "\xe9")).encode("latin-1"),
      "invalid UTF-8 in the row: a non-UTF-8 encoding (Latin-1, Windows-1252, ...)"),
+    # Java's "$" matched before these, and the strict cast then failed the whole job.
+    ("row ending in LINE SEPARATOR", row() + "\u2028", LINE_SEPARATOR.format(0x2028)),
+    ("row ending in PARAGRAPH SEPARATOR", row() + "\u2029", LINE_SEPARATOR.format(0x2029)),
+    ("row ending in NEXT LINE (NEL)", row() + "\u0085", LINE_SEPARATOR.format(0x85)),
+    ("header line in the middle of a file", HEADER,
+     "a header line (column names) inside the file: only a file's first line can be its header"),
 ]
 # Odd but valid: these rows must all be curated.
 GOOD_ROWS, GZIP_ROWS, BOM_ROWS = 60, 20, 10
@@ -86,8 +94,8 @@ def write_story_drop(folder: Path) -> dict[str, int]:
     good = csv_lines(STORY_DS, GOOD_ROWS, seed=1)
     body = "\n".join([HEADER, *good, "", "   "]) + "\n"
     assert len(body.encode()) > SNIFF_BYTES, "bad rows must come after the sniffed head"
-    bad = "\n".join(line for _, line, _ in BAD_ROWS) + "\n"
-    (folder / "a.csv").write_bytes(body.encode() + bad.encode("latin-1"))
+    bad = b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n" for _, line, _ in BAD_ROWS)
+    (folder / "a.csv").write_bytes(body.encode() + bad)
     crlf = "\r\n".join([HEADER, *csv_lines(STORY_DS, GZIP_ROWS, seed=2)]) + "\r\n"
     (folder / "b.csv.gz").write_bytes(gzip.compress(crlf.encode()))
     spaced = [" " + line.replace(",", " , ", 3) + " " for line in csv_lines(STORY_DS, BOM_ROWS, seed=3)]
@@ -143,10 +151,10 @@ def story(faults_stack, tmp_path_factory):
     (replacement / "day.csv").write_text("\n".join([HEADER, *csv_lines(STORY_DS, replacement_rows, seed=5)]) + "\n")
     curated_root = fs.dataset("curated")
     job = jobs.start("ingest", fs.ingest_args(STORY_DS, replacement))
-    part_file = None  # a data file of the new partition, open for writing in Spark's staging area
+    part_file = None  # a data file of the new partition, open for writing in the replacement's staging area
     deadline = time.monotonic() + 600
     while part_file is None and job.returncode is None and time.monotonic() < deadline:
-        part_file = next(iter(curated_root.glob(".spark-staging-*/**/*.parquet")), None)
+        part_file = next(iter(curated_root.glob("_staging/*/data/**/*.parquet")), None)
         time.sleep(0.02)
     if job.returncode is None:
         os.killpg(job.pid, signal.SIGKILL)
@@ -157,7 +165,7 @@ def story(faults_stack, tmp_path_factory):
         "orphans": wait_for_no_orphans(job.marker, timeout=30),
         "ids": curated_ids(fs, STORY_DS),
         "manifest": read_manifest(fs, STORY_DS),
-        "leftover_staging": sorted(p.name for p in curated_root.glob(".spark-staging-*")),
+        "leftover_staging": sorted(p.name for p in curated_root.glob("_staging/*")),
         # What a reader of the whole dataset sees (staging and manifest folders are hidden).
         "dataset_rows": pads.dataset(str(curated_root), format="parquet", partitioning="hive")
         .to_table(columns=["row_id"], filter=pads.field("ds") == STORY_DS)
@@ -310,6 +318,13 @@ def _nothing_valid(folder: Path) -> None:
     (folder / "day.csv").write_text("\n".join(["1,2", row(label="x")]) + "\n")
 
 
+def _header(names: list[str]):
+    def write(folder: Path) -> None:
+        (folder / "day.csv").write_text("\n".join([",".join(names), row(), row()]) + "\n")
+
+    return write
+
+
 # (what is wrong, how to write it, the error it must raise, the bad-row ratio allowed)
 BAD_FILES = [
     ("UTF-16 with byte-order mark", _utf16, r"day\.csv is UTF-16 \(little-endian\) text", 0.05),
@@ -325,6 +340,14 @@ BAD_FILES = [
     ("one good file, one UTF-16 file", _good_and_utf16, r"b\.csv is UTF-16", 0.05),
     ("too many bad rows", _mostly_bad, r"3 of 4 rows rejected \(75\.0% > max_bad_ratio 5\.0%\).*Examples", 0.05),
     ("no valid row at all", _nothing_valid, r"no valid rows", 1.0),
+    ("header pixel1..pixel784,class", _header([*[f"pixel{i}" for i in range(1, 785)], "class"]),
+     r"day\.csv has the header pixel1,pixel2,pixel3,\.\.\.,class \(785 columns\): column 1 is 'pixel1', expected 'label'", 0.05),
+    ("header with label last", _header([*PIXEL_COLS, "label"]),
+     r"day\.csv has the header .*: the expected columns in another order \(column 1 is 'pixel0', expected 'label'\)", 0.05),
+    ("header with pixels in another order", _header(["label", *reversed(PIXEL_COLS)]),
+     r"day\.csv has the header .*: the expected columns in another order \(column 2 is 'pixel783', expected 'pixel0'\)", 0.05),
+    ("header of other names", _header(["y", *[f"x{i}" for i in range(784)]]),
+     r"day\.csv has the header y,x0,x1,\.\.\.,x783 \(785 columns\): column 1 is 'y', expected 'label'", 0.05),
 ]
 
 
@@ -343,15 +366,20 @@ def test_unreadable_or_empty_drop_fails_clearly_and_keeps_the_partition(
     write(raw)
     with pytest.raises(IngestError, match=error):
         run_ingest(ingest_spark, roots, raw, max_bad_ratio)
+    # The day still describes the published drop: its rows, no rejects, its manifest.
     curated = partition(roots / "curated", FILE_DS, ["row_id"])
     assert curated.num_rows == 25 and len(set(curated.column("row_id").to_pylist())) == 25
-    if case in COUNTED:  # its rows were counted: the manifest records a rejected run
-        rejected = json.loads(manifest.read_text())
+    assert not (roots / "quarantine" / f"ds={FILE_DS}").exists()
+    assert manifest.read_text() == manifest_before
+    rejected_record = Path(rejected_manifest_path(str(manifest)))
+    if case in COUNTED:  # its rows were counted: recorded as a rejected drop beside the manifest
+        rejected = json.loads(rejected_record.read_text())
         assert rejected["outcome"] == "rejected"
         assert rejected["rows_in"] == rejected["rows_curated"] + rejected["rows_quarantined"]
-        manifest.write_text(manifest_before)
+        assert partition(roots / "quarantine" / "_rejected", FILE_DS).num_rows == rejected["rows_quarantined"]
+        rejected_record.unlink()
     else:
-        assert manifest.read_text() == manifest_before
+        assert not rejected_record.exists()
 
 
 def test_missing_drop_fails_clearly(ingest_spark, previous_partition, tmp_path):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,9 @@ from spark_jobs.ingest import (
     REASON_COL,
     IngestError,
     filter_data_lines,
+    ingest_manifest_path,
     ingest_partition,
+    rejected_manifest_path,
     select_curated,
     with_parsed_values,
     with_rejection_reason,
@@ -17,6 +20,7 @@ from spark_jobs.ingest import (
 from spark_jobs.schema import PIXEL_COLS, RAW_COLS
 
 HEADER = ",".join(RAW_COLS)
+STRAY_HEADER = "a header line (column names) inside the file: only a file's first line can be its header"
 
 
 def line(label="3", pixels=None) -> str:
@@ -48,6 +52,15 @@ def test_valid_row_has_no_reason(spark):
         (line(pixels=["0"] * 10 + ["256"] + ["0"] * 773), "pixel10 out of range 0..255: 256"),
         (line(pixels=["-3"] + ["0"] * 783), "pixel0 out of range 0..255: -3"),
         (line(pixels=["1.5"] + ["0"] * 783), "pixel0 is empty or not an integer: '1.5'"),
+        # Java's "$" matches before a final line terminator: these once passed the fast
+        # path's regex and failed the whole job in its strict cast (CAST_INVALID_INPUT).
+        (line() + "\u2028", "line separator U+2028 in the row: a line break no CSV reader agrees on"),
+        (line() + "\u2029", "line separator U+2029 in the row: a line break no CSV reader agrees on"),
+        (line() + "\u0085", "line separator U+0085 in the row: a line break no CSV reader agrees on"),
+        (line(pixels=["7\u2028"] + ["0"] * 783), "line separator U+2028 in the row: a line break no CSV reader agrees on"),
+        (HEADER, STRAY_HEADER),
+        (",".join([*PIXEL_COLS, "class"]), STRAY_HEADER),
+        (" Label , pixel0", STRAY_HEADER),
     ],
 )
 def test_bad_rows_name_the_rule_and_column(spark, raw, expected):
@@ -92,8 +105,10 @@ def test_fast_path_decides_exactly_as_the_full_checks(spark):
     assert [r[3] is None for r in fast] == valid
 
 
-def test_header_and_blank_lines_are_not_rows(spark):
-    assert reasons(spark, [HEADER, "", "   ", line()]) == [None]
+def test_blank_lines_are_not_rows_and_column_names_are_one(spark):
+    """Only a file's first line can be its header (see the header tests below): column
+    names found among the rows are a quarantined row, counted like any other."""
+    assert reasons(spark, ["", "   ", "\ufeff", HEADER, line()]) == [STRAY_HEADER, None]
 
 
 def test_curated_row_is_typed_and_id_is_stable(spark):
@@ -166,3 +181,96 @@ def test_missing_and_empty_drops_are_clear_failures(spark, tmp_path):
     with pytest.raises(IngestError, match="holds no data rows"):
         run_ingest(spark, tmp_path, empty)
     assert not (tmp_path / "curated").exists()
+
+
+def read_json(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def quarantine_reasons(spark, tmp_path, root: str = "quarantine") -> list[str]:
+    return sorted(r[REASON_COL] for r in spark.read.parquet(str(tmp_path / root)).collect())
+
+
+def test_a_files_first_line_is_its_header_and_later_ones_are_rows(spark, tmp_path):
+    raw = tmp_path / "raw"
+    # Files concatenated with their headers: the second header is a row to quarantine.
+    write_csv(raw / "a.csv", [HEADER, line("1"), HEADER, line("2")])
+    # Blank lines before a header in other letter case, quoted, with spaces: still the header.
+    write_csv(raw / "b.csv", ["", "  ", " " + ",".join(f'"{c.upper()}"' for c in RAW_COLS), line("3")])
+    # No header, and a first line that is a damaged row, not column names: quarantined.
+    write_csv(raw / "c.csv", [line("x"), line("4")])
+    report = run_ingest(spark, tmp_path, raw)
+    assert (report.rows_in, report.rows_curated, report.rows_quarantined) == (6, 4, 2)
+    curated = spark.read.parquet(str(tmp_path / "curated"))
+    assert sorted(r["label"] for r in curated.collect()) == [1, 2, 3, 4]
+    assert quarantine_reasons(spark, tmp_path) == [STRAY_HEADER, "label is empty or not an integer: 'x'"]
+    manifest = read_json(ingest_manifest_path(str(tmp_path / "curated"), "2026-11-28"))
+    assert [Path(f).name for f in manifest["files_with_header"]] == ["a.csv", "b.csv"]
+
+
+def test_the_header_is_found_in_a_file_split_across_partitions(spark, tmp_path):
+    """A big file is read in several splits, small ones share one: only the true first line
+    of each file is taken for its header."""
+    raw = tmp_path / "raw"
+    rows = [line(str(i % 10), [str(i % 256)] * 784) for i in range(60)]
+    write_csv(raw / "big.csv", [HEADER, *rows[:40], HEADER, *rows[40:]])
+    for i in range(3):
+        write_csv(raw / f"small{i}.csv", [HEADER, line(str(i))])
+    conf = {"spark.sql.files.maxPartitionBytes": "32k", "spark.sql.files.openCostInBytes": "1k"}
+    before = {k: spark.conf.get(k) for k in conf}
+    try:
+        for k, v in conf.items():
+            spark.conf.set(k, v)
+        assert spark.read.text(str(raw)).rdd.getNumPartitions() > 3
+        report = run_ingest(spark, tmp_path, raw)
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
+    assert (report.rows_in, report.rows_curated, report.rows_quarantined) == (64, 63, 1)
+    assert quarantine_reasons(spark, tmp_path) == [STRAY_HEADER]
+
+
+@pytest.mark.parametrize(
+    ("header", "detail"),
+    [
+        ([*[f"pixel{i}" for i in range(1, 785)], "class"], "column 1 is 'pixel1', expected 'label'"),
+        ([*PIXEL_COLS, "label"], r"the expected columns in another order \(column 1 is 'pixel0', expected 'label'\)"),
+        (["label", "pixel1", "pixel0", *PIXEL_COLS[2:]], r"the expected columns in another order \(column 2 is 'pixel1', expected 'pixel0'\)"),
+        (["label", "pixel0", "pixel1"], "3 columns, expected 785"),
+    ],
+    ids=["pixel1..pixel784,class", "label last", "two pixels swapped", "too few columns"],
+)
+def test_a_header_that_breaks_the_contract_fails_the_drop_naming_the_file(spark, tmp_path, header, detail):
+    raw = write_csv(tmp_path / "raw" / "day.csv", [",".join(header), line("1"), line("2")])
+    with pytest.raises(IngestError, match=rf"raw file \S+/day\.csv has the header .*: {detail}\. "
+                       r"Expected no header or label,pixel0,pixel1,\.\.\.,pixel783 \(785 columns\) in that order"):
+        run_ingest(spark, tmp_path, raw)
+    assert not (tmp_path / "curated").exists() and not (tmp_path / "quarantine").exists()
+
+
+def test_a_rejected_redrop_leaves_the_published_day_whole_and_is_recorded(spark, tmp_path):
+    ds, curated_root = "2026-11-28", str(tmp_path / "curated")
+    published = ingest_manifest_path(curated_root, ds)
+    run_ingest(spark, tmp_path, write_csv(tmp_path / "good" / "x.csv", [line("1"), line("2"), line("y")]))
+    first_manifest = read_json(published)
+
+    bad = write_csv(tmp_path / "bad" / "x.csv", [line("3"), line("x"), line("11"), "1,2"])
+    with pytest.raises(IngestError, match=r"3 of 4 rows rejected.*left as they were.*ingest\.rejected\.json"):
+        run_ingest(spark, tmp_path, bad, max_bad_ratio=0.4)
+    # Curated data, quarantine and manifest still describe the published drop ...
+    assert sorted(r["label"] for r in spark.read.parquet(curated_root).collect()) == [1, 2]
+    assert quarantine_reasons(spark, tmp_path) == ["label is empty or not an integer: 'y'"]
+    assert read_json(published) == first_manifest
+    # ... and the rejected drop is recorded beside them, its rows where readers do not look.
+    rejected = read_json(rejected_manifest_path(published))
+    assert rejected["outcome"] == "rejected" and rejected["raw_path"] == str(bad)
+    assert (rejected["rows_in"], rejected["rows_curated"], rejected["rows_quarantined"]) == (4, 1, 3)
+    assert rejected["published_manifest"] == published
+    rejected_rows = spark.read.parquet(rejected["quarantine_partition"])
+    assert rejected_rows.count() == 3
+
+    # The next published drop of the day replaces everything and clears the rejected record.
+    run_ingest(spark, tmp_path, write_csv(tmp_path / "next" / "x.csv", [line("5")]))
+    assert read_json(published)["rows_in"] == 1
+    assert not Path(rejected_manifest_path(published)).exists()
+    assert not Path(rejected["quarantine_partition"]).exists()
