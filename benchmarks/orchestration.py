@@ -52,7 +52,11 @@ def spark_applications(event_dir: Path) -> list[dict[str, float]]:
     apps = []
     for path in sorted(event_dir.iterdir()):
         app: dict[str, float] = {}
-        for line in path.read_text().splitlines():
+        # One JSON event per "\n"-terminated line. Not splitlines(): a plan description can
+        # hold U+2028, U+2029 or U+0085 (ingest's row check names them), which it splits on.
+        for line in path.read_text(encoding="utf-8").split("\n"):
+            if not line:
+                continue
             event = json.loads(line)
             kind = event.get("Event")
             if kind == "SparkListenerApplicationStart":

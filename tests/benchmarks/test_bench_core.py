@@ -67,3 +67,19 @@ def test_merge_keeps_other_benchmarks_and_lists_every_run():
     assert results == {"scoring": {"old": 1}, "ingest": {"old": 2}, "training": {"new": 3}}
     assert errors == {}
     assert [r["date"] for r in merged_meta["runs"]] == ["d1", "d2"] and merged_meta["wall_seconds"] == 90.0
+
+
+def test_event_logs_with_unicode_line_separators_in_a_plan_are_read(tmp_path):
+    """Ingest's plans name U+2028, U+2029 and U+0085; Spark writes them raw into the event log."""
+    import json
+
+    from benchmarks.orchestration import spark_applications
+
+    events = [
+        {"Event": "SparkListenerApplicationStart", "Timestamp": 1_000},
+        {"Event": "SparkListenerSQLExecutionStart", "physicalPlanDescription": "rlike('[\u2028\u2029\u0085]')"},
+        {"Event": "SparkListenerJobStart", "Submission Time": 2_500},
+        {"Event": "SparkListenerApplicationEnd", "Timestamp": 4_000},
+    ]
+    (tmp_path / "local-1").write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+    assert spark_applications(tmp_path) == [{"start": 1.0, "first_job": 2.5, "end": 4.0}]
