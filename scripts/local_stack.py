@@ -472,13 +472,10 @@ class LocalStack:
         cmd += ["--out", str(self.storage_root / "raw" / "mnist")]
         subprocess.run(cmd, cwd=REPO, check=True, env=self.env())
 
-    def spark_submit(
-        self, job: str, args: list[str], *, archive: Path, cwd: Path, timeout: float | None = None
-    ) -> subprocess.CompletedProcess:
-        """``spark-submit`` of ``spark_jobs/entrypoints/<job>.py`` as the DAGs' tasks run it: this
-        stack's master, the job archive on ``--py-files``, MLflow reached through the environment.
-        Run it from a ``cwd`` outside the repository so the job imports ``spark_jobs`` from the
-        archive alone."""
+    def spark_submit_command(self, job: str, args: list[str], *, archive: Path) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment of ``spark-submit`` of ``spark_jobs/entrypoints/<job>.py``
+        as the DAGs' tasks run it: this stack's master, the job archive on ``--py-files``, MLflow
+        reached through the environment."""
         python = str(VENV_BIN / "python")
         conf = {
             "spark.pyspark.python": python,
@@ -493,6 +490,14 @@ class LocalStack:
         cmd += ["--py-files", str(archive), str(REPO / "spark_jobs" / "entrypoints" / f"{job}.py"), *args]
         env = {k: v for k, v in self.env().items() if k != "PYTHONPATH"}
         env["MLFLOW_TRACKING_URI"] = self.tracking_uri
+        return cmd, env
+
+    def spark_submit(
+        self, job: str, args: list[str], *, archive: Path, cwd: Path, timeout: float | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run :meth:`spark_submit_command` to completion. Run it from a ``cwd`` outside the
+        repository so the job imports ``spark_jobs`` from the archive alone."""
+        cmd, env = self.spark_submit_command(job, args, archive=archive)
         return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
     def dags_test(self, dag_id: str, logical_date: str, conf: dict | None = None, **kwargs) -> subprocess.CompletedProcess:

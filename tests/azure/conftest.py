@@ -10,9 +10,15 @@ run here: the Synapse tests check the payload the DAGs would send it.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import psutil
 import pytest
 
 import package_jobs
@@ -70,19 +76,34 @@ def azure_stack(tmp_path_factory: pytest.TempPathFactory, azurite: Azurite, blob
 
 @pytest.fixture(scope="session")
 def train_job(
-    azure_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory, report_figure
+    azure_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory, report_figure, blob_service
 ) -> Callable[..., tuple[dict, str]]:
-    """``train_job(name, backend, epochs, checkpoint_dir)``: the train entry point through
-    spark-submit on the Azure stack (2 ranks, one small curated partition), run once per
-    ``name``; returns its manifest and output (the command line, then stdout and stderr).
-    The job finds the storage credentials for checkpoints in its environment, as on a
-    cluster, never on its command line."""
+    """``train_job(name, backend, epochs, checkpoint_dir, kill_at_checkpoint=None)``: the train
+    entry point through spark-submit on the Azure stack (2 ranks, one small curated partition),
+    run once per ``name``; returns its manifest and output (the command line, then stdout and
+    stderr). The job finds the storage credentials for checkpoints in its environment, as on a
+    cluster, never on its command line.
+
+    With ``kill_at_checkpoint=n`` the job's whole process group is SIGKILLed as soon as a
+    checkpoint of epoch ``n`` or later is in the container (a worker lost mid-run); the
+    manifest is then ``{"killed": True, "orphans": [...]}`` with the live processes of the
+    job left behind, if any."""
     root = tmp_path_factory.mktemp("train")
     archive = package_jobs.package_jobs(root / "spark_jobs.zip")
     write_curated_partition(root / "curated", TRAIN_DS, TRAIN_ROWS)
     runs: dict[str, tuple[dict, str]] = {}
 
-    def run(name: str, backend: str, epochs: int, checkpoint_dir: str) -> tuple[dict, str]:
+    def latest_checkpoint(checkpoint_dir: str) -> int:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        container, _, prefix = checkpoint_dir.removeprefix("abfs://").partition("/")
+        try:  # the job creates the container with its first checkpoint
+            names = [b.name for b in blob_service.get_container_client(container).list_blobs(name_starts_with=f"{prefix}/")]
+        except ResourceNotFoundError:
+            return 0
+        return max((int(n[-7:-3]) for n in names if n.endswith(".pt")), default=0)
+
+    def run(name: str, backend: str, epochs: int, checkpoint_dir: str, kill_at_checkpoint: int | None = None) -> tuple[dict, str]:
         if name not in runs:
             work = root / name
             work.mkdir()
@@ -99,17 +120,58 @@ def train_job(
                 "--checkpoint-dir", checkpoint_dir,
             ]
             started = time.monotonic()
-            proc = azure_stack.spark_submit("train", args, archive=archive, cwd=work, timeout=300)
+            if kill_at_checkpoint is None:
+                proc = azure_stack.spark_submit("train", args, archive=archive, cwd=work, timeout=300)
+                output = "\n".join([" ".join(proc.args), proc.stdout, proc.stderr])
+                assert proc.returncode == 0, f"{name} failed:\n{output[-8000:]}"
+                runs[name] = json.loads((work / "train.json").read_text()), output
+            else:
+                runs[name] = killed_at_checkpoint(work, args, checkpoint_dir, kill_at_checkpoint)
             report_figure(f"azure training {name} ({backend}, {epochs} epochs): {time.monotonic() - started:.1f} s")
-            output = "\n".join([" ".join(proc.args), proc.stdout, proc.stderr])
-            assert proc.returncode == 0, f"{name} failed:\n{output[-8000:]}"
-            runs[name] = json.loads((work / "train.json").read_text()), output
         return runs[name]
+
+    def killed_at_checkpoint(work: Path, args: list[str], checkpoint_dir: str, epoch: int) -> tuple[dict, str]:
+        cmd, env = azure_stack.spark_submit_command("train", args, archive=archive)
+        marker = uuid.uuid4().hex
+        log_path = work / "output.log"
+        with open(log_path, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=work, env={**env, KILL_MARKER: marker}, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline and latest_checkpoint(checkpoint_dir) < epoch:
+            time.sleep(0.05)
+        running = proc.poll() is None
+        if running:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        output = "\n".join([" ".join(cmd), log_path.read_text(errors="replace")])
+        assert running, f"the job ended (rc {proc.returncode}) before its checkpoint of epoch {epoch}:\n{output[-8000:]}"
+        return {"killed": True, "orphans": processes_marked(marker)}, output
 
     return run
 
 
+KILL_MARKER = "AZURE_TEST_JOB_MARKER"
+
+
+def processes_marked(marker: str, timeout: float = 30) -> list[str]:
+    """The live processes whose environment carries ``marker``, once none is left or after
+    ``timeout`` seconds (a SIGKILLed group takes a moment to go)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(KILL_MARKER) == marker:
+                    found.append(" ".join(proc.cmdline())[:200])
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="session")
 def first_training(train_job) -> tuple[dict, str]:
-    """Two epochs with TorchDistributor, checkpointed to blob storage: the first try of a run."""
+    """Two epochs with TorchDistributor, checkpointed to blob storage, run to success."""
     return train_job("first", "torch_distributor", 2, CHECKPOINTS_URL)

@@ -1,10 +1,12 @@
 """Training checkpoints on blob storage (Azurite, through fsspec/adlfs): rank 0 writes one
-per epoch and keeps the latest; a restarted job resumes from it.
+per epoch and keeps the latest; a restarted job resumes from it; a run that logged its
+model leaves none behind.
 
-The first try trains 2 of the run's epochs with TorchDistributor, leaving what a try that
-died after its second epoch leaves; the retry asks for all 3 epochs with Horovod and trains
-only the third. Both backends write and read the same checkpoints, so two spark-submits
-cover both. The storage account key reaches the jobs through their environment only.
+The interrupted try asks for EPOCHS epochs with TorchDistributor and has its whole process
+group SIGKILLed once the checkpoint of epoch 3 (or later) is in the container, as a lost
+worker would; the retry asks for the same epochs with Horovod and trains only the rest.
+Both backends write and read the same checkpoints. The storage account key reaches the jobs
+through their environment only.
 """
 
 from __future__ import annotations
@@ -15,53 +17,73 @@ import pytest
 
 from azure_support import CHECKPOINTS_CONTAINER, CHECKPOINTS_URL
 
-RUN_PREFIX = CHECKPOINTS_URL.removeprefix(f"abfs://{CHECKPOINTS_CONTAINER}/") + "/"
+EPOCHS = 12
+KILL_AT = 3  # the checkpoint of epoch 3 exists: epoch 2's checkpoint, and its removal of epoch 1's, are done
+RESTART_URL = CHECKPOINTS_URL.rsplit("/", 1)[0] + "/run-restarted"
 
 
-def checkpoints(blob_service) -> dict[str, dict]:
-    """The run's checkpoints by blob name, loaded."""
+def checkpoints(blob_service, url: str) -> dict[str, dict]:
+    """The run's checkpoints by blob name, loaded (partial writes left out)."""
     import torch
 
+    prefix = url.removeprefix(f"abfs://{CHECKPOINTS_CONTAINER}/") + "/"
     container = blob_service.get_container_client(CHECKPOINTS_CONTAINER)
     return {
         blob.name: torch.load(io.BytesIO(container.download_blob(blob.name).readall()), weights_only=True)
-        for blob in container.list_blobs(name_starts_with=RUN_PREFIX)
+        for blob in container.list_blobs(name_starts_with=prefix)
+        if blob.name.endswith(".pt")
     }
 
 
-def test_each_epoch_is_checkpointed_and_the_latest_kept(first_training, blob_service):
+@pytest.fixture(scope="session")
+def interrupted(train_job, blob_service) -> dict:
+    """The killed try: its output, leftover processes, and the checkpoints it left."""
+    killed, output = train_job("interrupted", "torch_distributor", EPOCHS, RESTART_URL, kill_at_checkpoint=KILL_AT)
+    return {**killed, "output": output, "checkpoints": checkpoints(blob_service, RESTART_URL)}
+
+
+def test_each_epoch_is_checkpointed_and_the_latest_kept(interrupted):
     from spark_jobs.model import MnistNet
 
-    manifest, _ = first_training
-    assert (manifest["resumed_from_epoch"], manifest["final_metrics"]["epoch"]) == (0, 2)
-    (name, state), = checkpoints(blob_service).items()
-    assert name == f"{RUN_PREFIX}epoch-0002.pt"
-    assert state["epoch"] == 2
-    assert [h["epoch"] for h in state["history"]] == [1, 2]
-    assert state["history"][-1] == manifest["final_metrics"]
+    assert interrupted["orphans"] == []
+    by_epoch = {state["epoch"]: (name, state) for name, state in interrupted["checkpoints"].items()}
+    latest = max(by_epoch)
+    assert KILL_AT <= latest < EPOCHS
+    # Older ones are removed once a newer one is written; the kill may land between the two.
+    assert sorted(by_epoch) in ([latest], [latest - 1, latest])
+    name, state = by_epoch[latest]
+    assert name.endswith(f"/epoch-{latest:04d}.pt")
+    assert [h["epoch"] for h in state["history"]] == list(range(1, latest + 1))
     assert state["model"].keys() == MnistNet().state_dict().keys()
     assert state["optimizer"]["state"], "SGD momentum buffers belong to the optimizer state"
 
 
-def test_a_restart_resumes_after_the_latest_checkpoint(first_training, train_job, azure_stack, blob_service):
+def test_a_restart_resumes_after_the_latest_checkpoint(interrupted, train_job, azure_stack, blob_service):
     from mlflow import MlflowClient
 
-    (before,) = checkpoints(blob_service).values()
-    retry, output = train_job("retry", "horovod", 3, CHECKPOINTS_URL)
+    latest = max(state["epoch"] for state in interrupted["checkpoints"].values())
+    retry, output = train_job("retry", "horovod", EPOCHS, RESTART_URL)
 
-    assert retry["resumed_from_epoch"] == 2
-    assert f"[rank 0] resuming after epoch 2 from {CHECKPOINTS_URL}" in output
-    assert retry["final_metrics"]["epoch"] == 3
-    (name, after), = checkpoints(blob_service).items()
-    assert name == f"{RUN_PREFIX}epoch-0003.pt"
-    assert after["history"][:2] == before["history"]
-    # The retry's MLflow run has the metrics of the one epoch it trained.
+    assert retry["resumed_from_epoch"] == latest
+    assert f"[rank 0] resuming after epoch {latest} from {RESTART_URL}" in output
+    assert retry["final_metrics"]["epoch"] == EPOCHS
+    # The retry's MLflow run has the metrics of the epochs it trained, and no more.
     history = MlflowClient(tracking_uri=azure_stack.tracking_uri).get_metric_history(retry["run_id"], "train_loss")
-    assert [m.step for m in history] == [3]
+    assert [m.step for m in history] == list(range(latest + 1, EPOCHS + 1))
+    # Its model is logged, so the run's checkpoints are gone: clearing it trains afresh.
+    assert checkpoints(blob_service, RESTART_URL) == {}
 
 
-def test_the_storage_key_is_on_no_command_line_and_in_no_output(first_training, train_job, azurite):
-    for _, output in (first_training, train_job("retry", "horovod", 3, CHECKPOINTS_URL)):
+def test_a_run_that_logs_its_model_leaves_no_checkpoint(first_training, blob_service):
+    manifest, output = first_training
+    assert (manifest["resumed_from_epoch"], manifest["final_metrics"]["epoch"]) == (0, 2)
+    assert "removed the checkpoints of epochs [2]" in output
+    assert checkpoints(blob_service, CHECKPOINTS_URL) == {}
+
+
+def test_the_storage_key_is_on_no_command_line_and_in_no_output(first_training, interrupted, train_job, azurite):
+    outputs = [first_training[1], interrupted["output"], train_job("retry", "horovod", EPOCHS, RESTART_URL)[1]]
+    for output in outputs:
         assert "--checkpoint-dir abfs://" in output  # the command line is part of the output
         assert azurite.key not in output
         assert "AccountKey=" not in output
