@@ -1,5 +1,5 @@
 # The two commands of the README, and the benchmark suite. Each creates or reuses .venv by itself.
-.PHONY: demo test bench
+.PHONY: demo test test-fast lint format bench
 
 demo:
 	scripts/setup_env.sh
@@ -7,7 +7,23 @@ demo:
 
 test:
 	scripts/setup_env.sh --dev
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/python -m pytest tests
+
+# The unit tier: no server started or reached (see the markers in pytest.ini).
+test-fast:
+	scripts/setup_env.sh --dev
+	.venv/bin/python -m pytest tests -m unit
+
+# ruff's lint rules and formatter (pyproject.toml), as `make test` checks them.
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format:
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
 
 # About 15 minutes on 2 cores; writes benchmarks/results/ (results.md, results.json, *.png).
 bench:

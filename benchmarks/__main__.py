@@ -23,26 +23,33 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.backfill import BackfillBench
-from benchmarks.ingest import IngestBench
-from benchmarks.orchestration import OrchestrationBench
-from benchmarks.scoring import ScoringBench
-from benchmarks.training import TrainingBench
 from benchmarks.core import log
 from benchmarks.env import REPO, BenchEnv
+from benchmarks.ingest import IngestBench
+from benchmarks.orchestration import OrchestrationBench
 from benchmarks.report import machine_info, write_report
+from benchmarks.scoring import ScoringBench
 from benchmarks.sizes import add_size_arguments, sizes_from_args
+from benchmarks.training import TrainingBench
 
-BENCHMARKS = {bench.name: bench for bench in (ScoringBench, TrainingBench, IngestBench, BackfillBench, OrchestrationBench)}
+BENCHMARKS = {
+    bench.name: bench for bench in (ScoringBench, TrainingBench, IngestBench, BackfillBench, OrchestrationBench)
+}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of {', '.join(BENCHMARKS)}")
+    parser.add_argument(
+        "--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of {', '.join(BENCHMARKS)}"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results", help="where the report goes")
     parser.add_argument("--work-dir", type=Path, default=REPO / "var" / "bench", help="generated data and scratch")
     parser.add_argument("--keep-work", action="store_true", help="leave the work folder (data, logs) in place")
-    parser.add_argument("--merge", action="store_true",
-                        help="keep the other benchmarks of an existing --out report (rerun some, update the rest)")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other benchmarks of an existing --out report (rerun some, update the rest)",
+    )
     add_size_arguments(parser)
     args = parser.parse_args(argv)
     args.selected = [name.strip() for name in args.only.split(",") if name.strip()]
@@ -59,9 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sizes_from_args(args)
     command = " ".join(["python -m benchmarks", *(sys.argv[1:] if argv is None else argv)])
     shutil.rmtree(args.work_dir, ignore_errors=True)
-    meta = {"command": command, "size": args.size, "sizes": asdict(sizes),
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine_info(), "load_start": os.getloadavg()[0]}
+    meta = {
+        "command": command,
+        "size": args.size,
+        "sizes": asdict(sizes),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_info(),
+        "load_start": os.getloadavg()[0],
+    }
     started = time.perf_counter()
     results, errors = {}, {}
     env = BenchEnv(args.work_dir)
@@ -86,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(args.work_dir, ignore_errors=True)
     meta.update(wall_seconds=time.perf_counter() - started, load_end=os.getloadavg()[0])
     if args.merge and (args.out / "results.json").exists():
-        meta, results, errors = merge_reports(json.loads((args.out / "results.json").read_text()), meta, results, errors)
+        meta, results, errors = merge_reports(
+            json.loads((args.out / "results.json").read_text()), meta, results, errors
+        )
     write_report(args.out, meta, results, errors)
     log(f"report: {args.out / 'results.md'} ({meta['wall_seconds'] / 60:.1f} min)")
     return 1 if errors else 0
@@ -95,12 +109,17 @@ def main(argv: list[str] | None = None) -> int:
 def merge_reports(earlier: dict, meta: dict, results: dict, errors: dict) -> tuple[dict, dict, dict]:
     """This run's benchmarks replace the earlier report's; the others stay, and the meta
     lists every run that contributed (command, date, load)."""
-    runs = earlier["meta"].get("runs") or [{k: earlier["meta"][k] for k in ("command", "date", "load_start", "load_end")}]
+    runs = earlier["meta"].get("runs") or [
+        {k: earlier["meta"][k] for k in ("command", "date", "load_start", "load_end")}
+    ]
     runs.append({k: meta[k] for k in ("command", "date", "load_start", "load_end")})
     merged_results = {**{k: v for k, v in earlier["benchmarks"].items() if k not in results}, **results}
     merged_errors = {**{k: v for k, v in earlier["errors"].items() if k not in results and k not in errors}, **errors}
-    merged_meta = {**earlier["meta"], "runs": runs,
-                   "wall_seconds": earlier["meta"]["wall_seconds"] + meta["wall_seconds"]}
+    merged_meta = {
+        **earlier["meta"],
+        "runs": runs,
+        "wall_seconds": earlier["meta"]["wall_seconds"] + meta["wall_seconds"],
+    }
     return merged_meta, merged_results, merged_errors
 
 

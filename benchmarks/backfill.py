@@ -15,7 +15,7 @@ import datetime as dt
 
 from benchmarks.core import BenchResult, Ratio, Target, log
 from benchmarks.data import write_curated_days
-from benchmarks.env import Benchmark, BenchEnv
+from benchmarks.env import BenchEnv, Benchmark
 from benchmarks.sizes import Sizes, backfill_ranges
 
 FIRST_DAY = dt.date(2026, 8, 1)
@@ -31,9 +31,18 @@ class BackfillBench(Benchmark):
 
     def score_seconds(self, days: list[str]) -> float:
         span = ["--ds", days[0]] if len(days) == 1 else ["--start-ds", days[0], "--end-ds", days[-1]]
-        return self.env.submit_job("score", [
-            "--model", self.env.model_uri(), "--input-data", self.curated, *span, "--scored-data", self.scored,
-        ]).seconds
+        return self.env.submit_job(
+            "score",
+            [
+                "--model",
+                self.env.model_uri(),
+                "--input-data",
+                self.curated,
+                *span,
+                "--scored-data",
+                self.scored,
+            ],
+        ).seconds
 
     def run(self) -> BenchResult:
         s, r = self.sizes, self.result
@@ -63,17 +72,31 @@ class BackfillBench(Benchmark):
             if n > 1:
                 r.ratios.append(Ratio(f"daily_{n}", f"bulk_{n}", f"daily / bulk, {n} days"))
         longest = max(ranges)
-        r.targets.append(Target(f"bulk {longest}-day backfill <= 4x one day's scoring wall time",
-                                f"bulk {longest} days / one day", "<=", 4.0))
+        r.targets.append(
+            Target(
+                f"bulk {longest}-day backfill <= 4x one day's scoring wall time",
+                f"bulk {longest} days / one day",
+                "<=",
+                4.0,
+            )
+        )
         r.series["wall_vs_days"] = {
             "title": "Backfill wall time vs. days scored",
             "xlabel": "days",
             "ylabel": "wall time (s)",
             "lines": {
-                f"daily: one spark-submit per day ({measured} measured, rest extrapolated)": {"x": daily_x, "y": daily_y},
+                f"daily: one spark-submit per day ({measured} measured, rest extrapolated)": {
+                    "x": daily_x,
+                    "y": daily_y,
+                },
                 "bulk: one spark-submit for the range": {"x": bulk_x, "y": bulk_y},
             },
         }
-        r.settings = {"rows_per_day": s.backfill_rows_per_day, "ranges_days": ranges, "daily_submits_timed": measured,
-                      "model": self.env.model_uri(), "what_is_timed": "the score job via spark-submit, not Airflow runs"}
+        r.settings = {
+            "rows_per_day": s.backfill_rows_per_day,
+            "ranges_days": ranges,
+            "daily_submits_timed": measured,
+            "model": self.env.model_uri(),
+            "what_is_timed": "the score job via spark-submit, not Airflow runs",
+        }
         return r

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 def summarize(values: list[float]) -> dict[str, Any]:
     """Median, min, max and quartiles of repeated measurements."""
     ordered = sorted(values)
-    q1, q3 = (statistics.quantiles(ordered, n=4, method="inclusive")[::2] if len(ordered) > 1 else (ordered[0],) * 2)
+    q1, q3 = statistics.quantiles(ordered, n=4, method="inclusive")[::2] if len(ordered) > 1 else (ordered[0],) * 2
     return {
         "median": statistics.median(ordered),
         "min": ordered[0],
@@ -82,8 +83,15 @@ class Target:
 
     def evaluate(self, value: float, unit: str) -> dict[str, Any]:
         met = value >= self.threshold if self.op == ">=" else value <= self.threshold
-        return {"label": self.label, "metric": self.metric, "op": self.op, "threshold": self.threshold,
-                "measured": value, "unit": unit, "met": met}
+        return {
+            "label": self.label,
+            "metric": self.metric,
+            "op": self.op,
+            "threshold": self.threshold,
+            "measured": value,
+            "unit": unit,
+            "met": met,
+        }
 
 
 @dataclass

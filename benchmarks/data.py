@@ -34,8 +34,10 @@ def write_curated_day(root: Path, ds: str, rows: int, files: int = 1, seed: int 
             for offset in range(0, count, CHUNK_ROWS):
                 n = min(CHUNK_ROWS, count - offset)
                 labels, pixels = make_rows(ds, n, seed=seed * 1_000_003 + first + offset)
-                columns = [pa.array(np.arange(first + offset, first + offset + n, dtype=np.int64)),
-                           pa.array(labels.astype(np.int32))]
+                columns = [
+                    pa.array(np.arange(first + offset, first + offset + n, dtype=np.int64)),
+                    pa.array(labels.astype(np.int32)),
+                ]
                 columns += [pa.array(pixels[:, i].astype(np.int32)) for i in range(len(PIXEL_COLS))]
                 writer.write_table(pa.Table.from_arrays(columns, schema=schema))
     return partition
@@ -59,4 +61,3 @@ def read_pixels(partition: Path) -> np.ndarray:
 
     table = pq.read_table(partition, columns=PIXEL_COLS)
     return np.column_stack([table.column(c).to_numpy() for c in PIXEL_COLS]).astype(np.float32)
-

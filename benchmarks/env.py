@@ -21,12 +21,11 @@ for _path in (REPO / "dags", REPO / "plugins", REPO / "scripts"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from benchmarks.core import BenchResult, log  # noqa: E402
+from benchmarks.sizes import Sizes  # noqa: E402
 from local_stack import VENV_BIN, LocalStack, free_port  # noqa: E402
 from ml_platform.config import PlatformConfig  # noqa: E402
 from package_jobs import package_jobs  # noqa: E402
-
-from benchmarks.core import BenchResult, log  # noqa: E402
-from benchmarks.sizes import Sizes  # noqa: E402
 
 SPARK_MASTER = "local[2]"
 # Spark's default thread count for the Python workers (spark.task.cpus) made explicit, so a
@@ -45,7 +44,7 @@ class Submitted:
     started_at: float  # time.time() just before the process started
     seconds: float
 
-    def check(self, what: str) -> "Submitted":
+    def check(self, what: str) -> Submitted:
         if self.returncode != 0:
             raise RuntimeError(f"{what} failed (exit {self.returncode}):\n{self.stdout[-3000:]}\n{self.stderr[-6000:]}")
         return self
@@ -120,8 +119,12 @@ class BenchEnv:
 
     def submit_env(self, **extra: str) -> dict[str, str]:
         """The stack's environment plus what the operator adds at execute time (MLflow)."""
-        return {**self.stack.env(), "MLFLOW_TRACKING_URI": self.stack.tracking_uri,
-                "ML_JOBS_ARCHIVE": str(self.archive), **extra}
+        return {
+            **self.stack.env(),
+            "MLFLOW_TRACKING_URI": self.stack.tracking_uri,
+            "ML_JOBS_ARCHIVE": str(self.archive),
+            **extra,
+        }
 
     def spark_submit(self, application: str | Path, args: list[Any], conf: dict[str, str] | None = None) -> Submitted:
         """Run one ``spark-submit`` on local[2]; returns its output and wall time."""
@@ -130,8 +133,9 @@ class BenchEnv:
             cmd += ["--conf", f"{key}={value}"]
         cmd += ["--py-files", str(self.archive), str(application), *[str(a) for a in args]]
         started_at, started = time.time(), time.perf_counter()
-        proc = subprocess.run(cmd, cwd=self.work, env=self.submit_env(), capture_output=True, text=True,
-                              timeout=SUBMIT_TIMEOUT_S)
+        proc = subprocess.run(
+            cmd, cwd=self.work, env=self.submit_env(), capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S
+        )
         return Submitted(proc.returncode, proc.stdout, proc.stderr, started_at, time.perf_counter() - started)
 
     def submit_job(self, job: str, args: list[Any], conf: dict[str, str] | None = None) -> Submitted:
@@ -179,9 +183,9 @@ class BenchEnv:
 
     def _register_model(self) -> str:
         import mlflow
+        from gpu_check import write_rank_shards
         from mlflow import MlflowClient
 
-        from gpu_check import write_rank_shards
         from spark_jobs.train import TrainConfig, log_trained_model, train_rank
 
         shard_dir = self.work / "model-shards"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks.core import BenchResult, Ratio, Target, repeat
 from benchmarks.data import write_raw_drop
-from benchmarks.env import Benchmark, BenchEnv
+from benchmarks.env import BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
 
 DS = "2026-09-15"
@@ -30,16 +30,31 @@ def pyarrow_ingest(raw_csv: Path, curated_dir: Path, quarantine_dir: Path) -> in
     import pyarrow.csv as pa_csv
     import pyarrow.parquet as pq
 
-    from spark_jobs.schema import LABEL_COL, LABEL_MAX, LABEL_MIN, PIXEL_COLS, PIXEL_MAX, PIXEL_MIN, RAW_COLS, ROW_ID_COL
+    from spark_jobs.schema import (
+        LABEL_COL,
+        LABEL_MAX,
+        LABEL_MIN,
+        PIXEL_COLS,
+        PIXEL_MAX,
+        PIXEL_MIN,
+        RAW_COLS,
+        ROW_ID_COL,
+    )
 
-    table = pa_csv.read_csv(raw_csv, convert_options=pa_csv.ConvertOptions(column_types=dict.fromkeys(RAW_COLS, pa.int32())))
+    table = pa_csv.read_csv(
+        raw_csv, convert_options=pa_csv.ConvertOptions(column_types=dict.fromkeys(RAW_COLS, pa.int32()))
+    )
     if table.column_names != RAW_COLS:
         raise ValueError(f"{raw_csv}: expected {len(RAW_COLS)} columns, got {table.num_columns}")
     pixels = np.column_stack([table.column(c).to_numpy(zero_copy_only=False) for c in PIXEL_COLS])
     labels = table.column(LABEL_COL).to_numpy(zero_copy_only=False)
     complete = np.logical_and.reduce([table.column(c).is_valid().to_numpy(zero_copy_only=False) for c in RAW_COLS])
-    valid = (complete & (labels >= LABEL_MIN) & (labels <= LABEL_MAX)
-             & ((pixels >= PIXEL_MIN) & (pixels <= PIXEL_MAX)).all(axis=1))
+    valid = (
+        complete
+        & (labels >= LABEL_MIN)
+        & (labels <= LABEL_MAX)
+        & ((pixels >= PIXEL_MIN) & (pixels <= PIXEL_MAX)).all(axis=1)
+    )
     curated = table.filter(pa.array(valid)).add_column(0, ROW_ID_COL, pa.array(np.flatnonzero(valid), pa.int64()))
     for folder, rows in ((curated_dir, curated), (quarantine_dir, table.filter(pa.array(~valid)))):
         shutil.rmtree(folder, ignore_errors=True)
@@ -57,8 +72,12 @@ class IngestBench(Benchmark):
         self.raw = self.root / "raw"
 
     def job_args(self, out: str) -> dict[str, str]:
-        return {"raw_path": str(self.raw / f"ds={DS}"), "ds": DS,
-                "curated_root": str(self.root / out / "curated"), "quarantine_root": str(self.root / out / "quarantine")}
+        return {
+            "raw_path": str(self.raw / f"ds={DS}"),
+            "ds": DS,
+            "curated_root": str(self.root / out / "curated"),
+            "quarantine_root": str(self.root / out / "quarantine"),
+        }
 
     def in_session_seconds(self) -> float:
         from spark_jobs.ingest import ingest_partition
@@ -73,10 +92,19 @@ class IngestBench(Benchmark):
 
     def submit_seconds(self) -> float:
         paths = self.job_args("submit")
-        return self.env.submit_job("ingest", [
-            "--ds", DS, "--raw-path", paths["raw_path"], "--curated-root", paths["curated_root"],
-            "--quarantine-root", paths["quarantine_root"],
-        ]).seconds
+        return self.env.submit_job(
+            "ingest",
+            [
+                "--ds",
+                DS,
+                "--raw-path",
+                paths["raw_path"],
+                "--curated-root",
+                paths["curated_root"],
+                "--quarantine-root",
+                paths["quarantine_root"],
+            ],
+        ).seconds
 
     def pyarrow_seconds(self, csv: Path) -> float:
         started = time.perf_counter()
@@ -94,16 +122,29 @@ class IngestBench(Benchmark):
         rows = s.ingest_rows
         pa.set_cpu_count(2)
         self.pyarrow_seconds(csv)  # warm-up: page cache, imports
-        r.add("pyarrow", "pyarrow, one process (2 threads)", "rows/s",
-              [rows / t for t in repeat(s.repeats, lambda: self.pyarrow_seconds(csv))])
+        r.add(
+            "pyarrow",
+            "pyarrow, one process (2 threads)",
+            "rows/s",
+            [rows / t for t in repeat(s.repeats, lambda: self.pyarrow_seconds(csv))],
+        )
         self.in_session_seconds()  # warm-up
-        r.add("ingest_job", "ingest job (ingest_partition, local[2], warm session)", "rows/s",
-              [rows / t for t in repeat(s.repeats, self.in_session_seconds)])
+        r.add(
+            "ingest_job",
+            "ingest job (ingest_partition, local[2], warm session)",
+            "rows/s",
+            [rows / t for t in repeat(s.repeats, self.in_session_seconds)],
+        )
         self.env.stop_spark()
         r.ratios.append(Ratio("ingest_job", "pyarrow", "ingest job / pyarrow"))
         if s.e2e_repeats:
-            r.add("ingest_job_submit", "ingest job via spark-submit, end to end", "rows/s",
-                  [rows / t for t in repeat(s.e2e_repeats, self.submit_seconds)], note="JVM and Spark start included")
+            r.add(
+                "ingest_job_submit",
+                "ingest job via spark-submit, end to end",
+                "rows/s",
+                [rows / t for t in repeat(s.e2e_repeats, self.submit_seconds)],
+                note="JVM and Spark start included",
+            )
             r.ratios.append(Ratio("ingest_job_submit", "pyarrow", "ingest job via spark-submit / pyarrow"))
         r.targets.append(Target("ingest >= 0.5x of pyarrow", "ingest job / pyarrow", ">=", 0.5))
         r.settings = {"rows": rows, "csv_bytes": csv.stat().st_size, "master": "local[2]", "pyarrow_threads": 2}

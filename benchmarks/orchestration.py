@@ -44,7 +44,7 @@ def utc_seconds(value: str | None) -> float | None:
     if value is None:
         return None
     parsed = dt.datetime.fromisoformat(value)
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)).timestamp()
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def spark_applications(event_dir: Path) -> list[dict[str, float]]:
@@ -81,8 +81,19 @@ class OrchestrationBench(Benchmark):
         # The DAG processor has dags/ and plugins/ on sys.path; so does the parse here.
         env = {**self.env.stack.env(), "PYTHONPATH": f"{REPO / 'dags'}:{REPO / 'plugins'}"}
         done = subprocess.run(
-            [str(VENV_BIN / "python"), "-m", "benchmarks.parse_dags", "--repeats", str(self.sizes.repeats + 2), *dag_files, str(minimal)],
-            cwd=REPO, env=env, capture_output=True, text=True,
+            [
+                str(VENV_BIN / "python"),
+                "-m",
+                "benchmarks.parse_dags",
+                "--repeats",
+                str(self.sizes.repeats + 2),
+                *dag_files,
+                str(minimal),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
             raise RuntimeError(f"parsing DAG files failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -92,11 +103,19 @@ class OrchestrationBench(Benchmark):
         slowest = max(times, key=lambda path: statistics.median(times[path]["cold"]))
         for kind, how in (("cold", "forked child, as the DAG processor"), ("warm", "file parsed before")):
             r.add(f"parse_{kind}_minimal", f"parse ({kind}): minimal DAG file, one EmptyOperator", "s", floor[kind])
-            r.add(f"parse_{kind}_slowest", f"parse ({kind}): slowest file, dags/{Path(slowest).name}", "s",
-                  times[slowest][kind], note=how)
+            r.add(
+                f"parse_{kind}_slowest",
+                f"parse ({kind}): slowest file, dags/{Path(slowest).name}",
+                "s",
+                times[slowest][kind],
+                note=how,
+            )
         r.tables["DAG parse time per file (median, DagBag)"] = [
-            {"file": f"dags/{Path(path).name}", "cold_s": round(statistics.median(t["cold"]), 4),
-             "warm_s": round(statistics.median(t["warm"]), 4)}
+            {
+                "file": f"dags/{Path(path).name}",
+                "cold_s": round(statistics.median(t["cold"]), 4),
+                "warm_s": round(statistics.median(t["warm"]), 4),
+            }
             for path, t in sorted(times.items())
         ]
         r.ratios.append(Ratio("parse_cold_slowest", "parse_cold_minimal", "slowest DAG file / minimal DAG, cold parse"))
@@ -105,8 +124,12 @@ class OrchestrationBench(Benchmark):
     def submit_cost(self) -> None:
         r = self.result
         empty = REPO / "benchmarks" / "empty_job.py"
-        r.add("submit_empty", "spark-submit of an empty application", "s",
-              repeat(self.sizes.submit_repeats, lambda: self.env.spark_submit(empty, []).check("empty job").seconds))
+        r.add(
+            "submit_empty",
+            "spark-submit of an empty application",
+            "s",
+            repeat(self.sizes.submit_repeats, lambda: self.env.spark_submit(empty, []).check("empty job").seconds),
+        )
 
         def nothing() -> float:
             started = time.perf_counter()
@@ -128,8 +151,12 @@ class OrchestrationBench(Benchmark):
             "spark.eventLog.compress false\nspark.eventLog.rolling.enabled false\n"
         )
         env = self.env
-        stack = LocalStack(state_dir=env.stack.state_dir, mlflow_port=env.stack.mlflow_port, api_port=env.stack.api_port,
-                           extra_env={"SPARK_CONF_DIR": str(conf_dir), "ML_JOBS_ARCHIVE": str(env.archive)})
+        stack = LocalStack(
+            state_dir=env.stack.state_dir,
+            mlflow_port=env.stack.mlflow_port,
+            api_port=env.stack.api_port,
+            extra_env={"SPARK_CONF_DIR": str(conf_dir), "ML_JOBS_ARCHIVE": str(env.archive)},
+        )
         env.model_uri()  # a passed champion, so the DAG's gate has a model
         stack.migrate()
         stack.generate_drops([ds], rows=self.sizes.orchestration_rows)
@@ -145,9 +172,14 @@ class OrchestrationBench(Benchmark):
         rows, overheads, first_jobs = [], [], []
         for task in tasks:
             app = next((a for a in apps if task["start"] <= a["start"] <= task["end"]), None)
-            row = {"task": task["task_id"], "state": task["state"], "seconds": round(task["end"] - task["start"], 2),
-                   "share_of_dag_wall": round((task["end"] - task["start"]) / wall, 3),
-                   "task_start_to_spark_app_start_s": None, "task_start_to_first_spark_job_s": None}
+            row = {
+                "task": task["task_id"],
+                "state": task["state"],
+                "seconds": round(task["end"] - task["start"], 2),
+                "share_of_dag_wall": round((task["end"] - task["start"]) / wall, 3),
+                "task_start_to_spark_app_start_s": None,
+                "task_start_to_first_spark_job_s": None,
+            }
             if app:
                 overheads.append(app["start"] - task["start"])
                 row["task_start_to_spark_app_start_s"] = round(overheads[-1], 2)
@@ -159,28 +191,54 @@ class OrchestrationBench(Benchmark):
         busy = sum(t["end"] - t["start"] for t in tasks)
         r.add("dag_wall", f"{dag_id}: airflow dags test wall time", "s", [wall])
         r.add("dag_task_sum", f"{dag_id}: sum of task durations", "s", [busy])
-        r.add("spark_step_overhead", "SparkSubmitOperator step: task start to Spark application start", "s", overheads,
-              note=f"one value per Spark task of {dag_id}")
+        r.add(
+            "spark_step_overhead",
+            "SparkSubmitOperator step: task start to Spark application start",
+            "s",
+            overheads,
+            note=f"one value per Spark task of {dag_id}",
+        )
         r.add("spark_step_first_job", "SparkSubmitOperator step: task start to first Spark job", "s", first_jobs)
-        spark_busy = sum(t["end"] - t["start"] for t in tasks if any(t["start"] <= a["start"] <= t["end"] for a in apps))
+        spark_busy = sum(
+            t["end"] - t["start"] for t in tasks if any(t["start"] <= a["start"] <= t["end"] for a in apps)
+        )
         r.add("spark_task_sum", f"{dag_id}: sum of Spark task durations", "s", [spark_busy])
         r.add("spark_overhead_sum", f"{dag_id}: sum of step overheads", "s", [sum(overheads)])
         r.ratios += [
             Ratio("dag_task_sum", "dag_wall", "task time / DAG wall time"),
             Ratio("spark_overhead_sum", "spark_task_sum", "step overhead / Spark task time"),
         ]
-        r.settings.update({"dag": dag_id, "logical_date": logical_date, "partition": ds,
-                           "rows": self.sizes.orchestration_rows, "spark_applications": len(apps)})
+        r.settings.update(
+            {
+                "dag": dag_id,
+                "logical_date": logical_date,
+                "partition": ds,
+                "rows": self.sizes.orchestration_rows,
+                "spark_applications": len(apps),
+            }
+        )
 
     def task_instances(self, db: Path, dag_id: str) -> list[dict]:
         with sqlite3.connect(db) as conn:
             conn.row_factory = sqlite3.Row
-            run_id = conn.execute("SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)).fetchone()[0]
+            run_id = conn.execute(
+                "SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
+            ).fetchone()[0]
             rows = conn.execute(
                 "SELECT task_id, state, start_date, end_date FROM task_instance WHERE dag_id = ? AND run_id = ? "
-                "ORDER BY start_date", (dag_id, run_id)).fetchall()
-        return [{"task_id": t["task_id"], "state": t["state"], "start": utc_seconds(t["start_date"]),
-                 "end": utc_seconds(t["end_date"])} for t in rows if t["start_date"] and t["end_date"]]
+                "ORDER BY start_date",
+                (dag_id, run_id),
+            ).fetchall()
+        return [
+            {
+                "task_id": t["task_id"],
+                "state": t["state"],
+                "start": utc_seconds(t["start_date"]),
+                "end": utc_seconds(t["end_date"]),
+            }
+            for t in rows
+            if t["start_date"] and t["end_date"]
+        ]
 
     def run(self) -> BenchResult:
         self.root.mkdir(parents=True, exist_ok=True)

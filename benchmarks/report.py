@@ -11,8 +11,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("apache-airflow", "apache-airflow-providers-apache-spark", "pyspark", "mlflow", "torch", "horovod",
-            "pyarrow", "pandas", "numpy")
+PACKAGES = (
+    "apache-airflow",
+    "apache-airflow-providers-apache-spark",
+    "pyspark",
+    "mlflow",
+    "torch",
+    "horovod",
+    "pyarrow",
+    "pandas",
+    "numpy",
+)
 
 
 def machine_info() -> dict[str, Any]:
@@ -80,8 +89,10 @@ def markdown(document: dict[str, Any]) -> str:
         f"{m['java']}; {versions}. Load average (1 min) at start {meta['load_start']:.1f}, "
         f"at end {meta['load_end']:.1f}.",
         "",
-        *[f"Merged from: `{run['command']}` ({run['date']}, load {run['load_start']:.1f} -> {run['load_end']:.1f}).  "
-          for run in meta.get("runs", [])],
+        *[
+            f"Merged from: `{run['command']}` ({run['date']}, load {run['load_start']:.1f} -> {run['load_end']:.1f}).  "
+            for run in meta.get("runs", [])
+        ],
         "",
         "Medians of repetitions; spread is min-max over the repetitions (n). A ratio is the ratio of "
         "medians; its range combines both sides' min-max.",
@@ -94,12 +105,20 @@ def markdown(document: dict[str, Any]) -> str:
     for name, error in document["errors"].items():
         lines += [f"**{name} failed**: `{error.strip().splitlines()[-1]}`", ""]
     for name, r in results.items():
-        lines += [f"## {r['title']}", "", r["method"], "",
-                  "| measurement | median | spread (min-max) | n | note |", "|---|---|---|---|---|"]
+        lines += [
+            f"## {r['title']}",
+            "",
+            r["method"],
+            "",
+            "| measurement | median | spread (min-max) | n | note |",
+            "|---|---|---|---|---|",
+        ]
         for meas in r["measurements"].values():
             unit = meas["unit"]
-            lines.append(f"| {meas['label']} | {fmt(meas['median'], unit)} | {fmt(meas['min'], unit)} - "
-                         f"{fmt(meas['max'], unit)} | {meas['n']} | {meas['note']} |")
+            lines.append(
+                f"| {meas['label']} | {fmt(meas['median'], unit)} | {fmt(meas['min'], unit)} - "
+                f"{fmt(meas['max'], unit)} | {meas['n']} | {meas['note']} |"
+            )
         lines += ["", "| ratio | value | range |", "|---|---|---|"]
         lines += [f"| {q['label']} | {q['value']:.2f}x | {q['low']:.2f}x - {q['high']:.2f}x |" for q in r["ratios"]]
         lines += ["", f"Settings: `{json.dumps(r['settings'], default=str)}`. Took {r['wall_seconds']:.0f} s.", ""]

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import shutil
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from benchmarks.core import BenchResult, Ratio, Target, log, repeat
 from benchmarks.data import read_pixels, write_curated_day
-from benchmarks.env import Benchmark, BenchEnv
+from benchmarks.env import BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
 
 MAIN_DS, TUNE_DS, NAIVE_DS, WARM_DS = "2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"
@@ -36,8 +37,11 @@ WARM_ROWS = 2000
 ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 WORKER_THREADS = "spark.executorEnv.OMP_NUM_THREADS"
 MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
-SPARK_DEFAULTS = {ARROW_BATCH: "10000", WORKER_THREADS: "1 (Spark's default: spark.task.cpus)",
-                  MAX_PARTITION_BYTES: "128m"}
+SPARK_DEFAULTS = {
+    ARROW_BATCH: "10000",
+    WORKER_THREADS: "1 (Spark's default: spark.task.cpus)",
+    MAX_PARTITION_BYTES: "128m",
+}
 
 
 def tuning_grid() -> list[dict[str, str]]:
@@ -89,8 +93,12 @@ class ScoringBench(Benchmark):
         return seconds
 
     def rows(self, ds: str) -> int:
-        return {MAIN_DS: self.sizes.score_rows, TUNE_DS: self.sizes.score_tune_rows,
-                NAIVE_DS: self.sizes.score_naive_rows, WARM_DS: WARM_ROWS}[ds]
+        return {
+            MAIN_DS: self.sizes.score_rows,
+            TUNE_DS: self.sizes.score_tune_rows,
+            NAIVE_DS: self.sizes.score_naive_rows,
+            WARM_DS: WARM_ROWS,
+        }[ds]
 
     def session(self, conf: dict[str, str]):
         """A session with ``conf``: the worker threads need a new one (Python workers read
@@ -112,8 +120,12 @@ class ScoringBench(Benchmark):
     # --- the benchmark ------------------------------------------------------------
     def prepare(self) -> None:
         s = self.sizes
-        for ds, files in ((MAIN_DS, s.score_files), (TUNE_DS, max(2, s.score_files * s.score_tune_rows // s.score_rows)),
-                          (NAIVE_DS, 2), (WARM_DS, 2)):
+        for ds, files in (
+            (MAIN_DS, s.score_files),
+            (TUNE_DS, max(2, s.score_files * s.score_tune_rows // s.score_rows)),
+            (NAIVE_DS, 2),
+            (WARM_DS, 2),
+        ):
             if not (self.curated / f"ds={ds}").exists():
                 write_curated_day(self.curated, ds, self.rows(ds), files)
         self.env.model_uri()
@@ -130,8 +142,12 @@ class ScoringBench(Benchmark):
             log(f"scoring tune {conf}: {rate:,.0f} rows/s")
         best = max(trials, key=lambda t: t["rows_per_second"])
         self.result.tables["tuning (score job, in-session, one run each)"] = [
-            {"arrow_batch": t[ARROW_BATCH], "torch_threads_per_worker": t[WORKER_THREADS],
-             "max_partition_bytes": t.get(MAX_PARTITION_BYTES, "128m (default)"), "rows_per_second": t["rows_per_second"]}
+            {
+                "arrow_batch": t[ARROW_BATCH],
+                "torch_threads_per_worker": t[WORKER_THREADS],
+                "max_partition_bytes": t.get(MAX_PARTITION_BYTES, "128m (default)"),
+                "rows_per_second": t["rows_per_second"],
+            }
             for t in trials
         ]
         return {k: v for k, v in best.items() if k != "rows_per_second"}
@@ -141,30 +157,56 @@ class ScoringBench(Benchmark):
         self.prepare()
         chosen = self.tune()
         batch = int(chosen[ARROW_BATCH])
-        r.settings = {"model": self.env.model_uri(), "master": "local[2]", "rows": s.score_rows,
-                      "parquet_files": s.score_files, "chosen": chosen, "spark_defaults": SPARK_DEFAULTS}
+        r.settings = {
+            "model": self.env.model_uri(),
+            "master": "local[2]",
+            "rows": s.score_rows,
+            "parquet_files": s.score_files,
+            "chosen": chosen,
+            "spark_defaults": SPARK_DEFAULTS,
+        }
         log(f"scoring: chosen settings {chosen}")
 
         spark = self.session(chosen)
         main_rows = self.rows(MAIN_DS)
-        r.add("score_job", "score job (score_partitions, local[2], warm session)", "rows/s",
-              [main_rows / t for t in repeat(s.repeats, lambda: self.score_job_seconds(spark, MAIN_DS))])
+        r.add(
+            "score_job",
+            "score job (score_partitions, local[2], warm session)",
+            "rows/s",
+            [main_rows / t for t in repeat(s.repeats, lambda: self.score_job_seconds(spark, MAIN_DS))],
+        )
         curve = {ds: self.rows(ds) / self.score_job_seconds(spark, ds) for ds in (NAIVE_DS, TUNE_DS)}
         curve[MAIN_DS] = r.measurements["score_job"].median
 
-        r.add("per_batch_load", "pandas UDF loading the model in every batch", "rows/s",
-              self.udf_rates(spark, per_batch_load_udf(self.env.model_uri())),
-              note=f"{s.score_naive_rows:,} rows; registry load per Arrow batch of {batch:,}")
+        r.add(
+            "per_batch_load",
+            "pandas UDF loading the model in every batch",
+            "rows/s",
+            self.udf_rates(spark, per_batch_load_udf(self.env.model_uri())),
+            note=f"{s.score_naive_rows:,} rows; registry load per Arrow batch of {batch:,}",
+        )
         self.closure(spark)
-        r.add("transfer_floor", "no-op pandas UDF over the same struct of 784 columns (diagnostic)", "rows/s",
-              [main_rows / t for t in repeat(max(1, s.repeats - 2), lambda: self.udf_job_seconds(spark, MAIN_DS, noop_udf()))],
-              note="JVM Parquet -> rows -> Arrow -> pandas and back, no model")
+        r.add(
+            "transfer_floor",
+            "no-op pandas UDF over the same struct of 784 columns (diagnostic)",
+            "rows/s",
+            [
+                main_rows / t
+                for t in repeat(max(1, s.repeats - 2), lambda: self.udf_job_seconds(spark, MAIN_DS, noop_udf()))
+            ],
+            note="JVM Parquet -> rows -> Arrow -> pandas and back, no model",
+        )
         self.env.stop_spark()
 
         submits = [self.env.submit_job("score", self.score_args(MAIN_DS), conf=chosen) for _ in range(s.e2e_repeats)]
         if submits:
-            r.add("score_job_submit", "score job via spark-submit, end to end", "rows/s",
-                  [main_rows / sub.seconds for sub in submits], note="JVM start, model download and Spark start included")
+            r.add(
+                "score_job_submit",
+                "score job via spark-submit, end to end",
+                "rows/s",
+                [main_rows / sub.seconds for sub in submits],
+                note="JVM start, model download and Spark start included",
+            )
             r.ratios.append(Ratio("score_job_submit", "ceiling", "score job via spark-submit / ceiling"))
 
         self.ceiling(batch, curve)
@@ -218,8 +260,13 @@ class ScoringBench(Benchmark):
             with torch.no_grad():
                 return torch.exp(net(torch.from_numpy(pixels.to_numpy(dtype=np.float32)))).numpy()
 
-        self.result.add("closure", "pandas UDF with an eager model captured in its closure", "rows/s",
-                        self.udf_rates(spark, closure_udf(eager_predict)), note=f"{self.sizes.score_naive_rows:,} rows")
+        self.result.add(
+            "closure",
+            "pandas UDF with an eager model captured in its closure",
+            "rows/s",
+            self.udf_rates(spark, closure_udf(eager_predict)),
+            note=f"{self.sizes.score_naive_rows:,} rows",
+        )
 
     def ceiling(self, batch: int, curve: dict[str, float]) -> None:
         """Pure torch on in-memory rows (2 threads), and pyfunc.predict on pandas batches."""
@@ -239,20 +286,32 @@ class ScoringBench(Benchmark):
             return time.perf_counter() - started
 
         torch_seconds(pixels[:batch])  # warm-up
-        self.result.add("ceiling", "ceiling: torch, rows in memory, 2 threads", "rows/s",
-                        [len(pixels) / t for t in repeat(self.sizes.repeats, lambda: torch_seconds(pixels))],
-                        note=f"batches of {batch:,}")
+        self.result.add(
+            "ceiling",
+            "ceiling: torch, rows in memory, 2 threads",
+            "rows/s",
+            [len(pixels) / t for t in repeat(self.sizes.repeats, lambda: torch_seconds(pixels))],
+            note=f"batches of {batch:,}",
+        )
+
         def load_seconds() -> float:
             started = time.perf_counter()
             mlflow.pyfunc.load_model(self.env.model_uri())
             return time.perf_counter() - started
 
-        self.result.add("model_load", "one registry load of the model (what the per-batch UDF pays per batch)", "s",
-                        repeat(self.sizes.repeats, load_seconds), note="mlflow.pyfunc.load_model(models:/...) here")
+        self.result.add(
+            "model_load",
+            "one registry load of the model (what the per-batch UDF pays per batch)",
+            "s",
+            repeat(self.sizes.repeats, load_seconds),
+            note="mlflow.pyfunc.load_model(models:/...) here",
+        )
         pyfunc_model = mlflow.pyfunc.load_model(self.env.model_uri())
         sample = pixels[: max(batch, len(pixels) // 4)]
-        frames = [pd.DataFrame(sample[first : first + batch].astype(np.int32), columns=pyfunc_columns(pyfunc_model))
-                  for first in range(0, len(sample), batch)]
+        frames = [
+            pd.DataFrame(sample[first : first + batch].astype(np.int32), columns=pyfunc_columns(pyfunc_model))
+            for first in range(0, len(sample), batch)
+        ]
 
         def pyfunc_seconds() -> float:
             started = time.perf_counter()
@@ -260,9 +319,13 @@ class ScoringBench(Benchmark):
                 pyfunc_model.predict(frame)
             return time.perf_counter() - started
 
-        self.result.add("pyfunc_in_process", "pyfunc.predict in-process on pandas batches (diagnostic)", "rows/s",
-                        [len(sample) / t for t in repeat(self.sizes.repeats, pyfunc_seconds)],
-                        note=f"{len(sample):,} rows; schema enforcement + DataFrame -> tensor, no Spark")
+        self.result.add(
+            "pyfunc_in_process",
+            "pyfunc.predict in-process on pandas batches (diagnostic)",
+            "rows/s",
+            [len(sample) / t for t in repeat(self.sizes.repeats, pyfunc_seconds)],
+            note=f"{len(sample):,} rows; schema enforcement + DataFrame -> tensor, no Spark",
+        )
         sizes = sorted(curve, key=self.rows)
         self.result.series["throughput_vs_rows"] = {
             "title": "Scoring throughput vs. rows",
@@ -278,7 +341,9 @@ class ScoringBench(Benchmark):
         }
         if "score_job_submit" in self.result.measurements:
             self.result.series["throughput_vs_rows"]["lines"]["score job via spark-submit"] = {
-                "x": [self.rows(MAIN_DS)], "y": [self.result.measurements["score_job_submit"].median]}
+                "x": [self.rows(MAIN_DS)],
+                "y": [self.result.measurements["score_job_submit"].median],
+            }
 
 
 def pyfunc_columns(model) -> list[str]:

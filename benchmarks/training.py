@@ -18,7 +18,7 @@ import json
 
 from benchmarks.core import BenchResult, Ratio, Target, log, repeat
 from benchmarks.data import write_curated_day
-from benchmarks.env import Benchmark, BenchEnv, SingleProcess, Submitted
+from benchmarks.env import BenchEnv, Benchmark, SingleProcess, Submitted
 from benchmarks.sizes import Sizes
 
 DS = "2026-09-01"
@@ -41,12 +41,31 @@ class TrainingBench(Benchmark):
         self.submits += 1
         work = self.root / f"{backend}-{self.submits}"
         manifest_path = work / "train.json"
-        submitted: Submitted = self.env.submit_job("train", [
-            "--curated-root", self.curated, "--start-ds", DS, "--end-ds", DS,
-            "--work-dir", work / "scratch", "--output-manifest", manifest_path,
-            "--experiment-name", "benchmarks-training", "--backend", backend,
-            "--epochs", self.sizes.train_epochs, "--batch-size", BATCH, "--num-ranks", RANKS,
-        ])
+        submitted: Submitted = self.env.submit_job(
+            "train",
+            [
+                "--curated-root",
+                self.curated,
+                "--start-ds",
+                DS,
+                "--end-ds",
+                DS,
+                "--work-dir",
+                work / "scratch",
+                "--output-manifest",
+                manifest_path,
+                "--experiment-name",
+                "benchmarks-training",
+                "--backend",
+                backend,
+                "--epochs",
+                self.sizes.train_epochs,
+                "--batch-size",
+                BATCH,
+                "--num-ranks",
+                RANKS,
+            ],
+        )
         manifest = json.loads(manifest_path.read_text())
         final = manifest["final_metrics"]
         history = MlflowClient().get_metric_history(manifest["run_id"], "samples_per_second")
@@ -54,10 +73,16 @@ class TrainingBench(Benchmark):
         # samples_per_second = samples seen so far / seconds since the loop started.
         loop_seconds = manifest["train_rows"] * final["epoch"] / final["samples_per_second"]
         startup = last_epoch_at - loop_seconds - submitted.started_at
-        log(f"training {backend}: {final['samples_per_second']:,.0f} samples/s, start-up {startup:.1f} s, "
-            f"wall {submitted.seconds:.1f} s")
-        return {"sps": final["samples_per_second"], "startup": startup, "wall": submitted.seconds,
-                "rows": manifest["train_rows"]}
+        log(
+            f"training {backend}: {final['samples_per_second']:,.0f} samples/s, start-up {startup:.1f} s, "
+            f"wall {submitted.seconds:.1f} s"
+        )
+        return {
+            "sps": final["samples_per_second"],
+            "startup": startup,
+            "wall": submitted.seconds,
+            "rows": manifest["train_rows"],
+        }
 
     def shards(self) -> list[str]:
         """The shards the job trains on: same split, same files (written here by Spark)."""
@@ -81,21 +106,41 @@ class TrainingBench(Benchmark):
         write_curated_day(self.curated, DS, s.train_rows, files=2)
         files = [f.removeprefix("file:") for f in self.shards()]
         self.env.stop_spark()
-        r.add("single_global_batch", f"single process, batch {RANKS * BATCH}, {RANKS} threads", "samples/s",
-              repeat(s.repeats, lambda: self.single_process_sps(files, RANKS * BATCH)))
-        r.add("single_rank_batch", f"single process, batch {BATCH}, {RANKS} threads", "samples/s",
-              repeat(s.repeats, lambda: self.single_process_sps(files, BATCH)))
+        r.add(
+            "single_global_batch",
+            f"single process, batch {RANKS * BATCH}, {RANKS} threads",
+            "samples/s",
+            repeat(s.repeats, lambda: self.single_process_sps(files, RANKS * BATCH)),
+        )
+        r.add(
+            "single_rank_batch",
+            f"single process, batch {BATCH}, {RANKS} threads",
+            "samples/s",
+            repeat(s.repeats, lambda: self.single_process_sps(files, BATCH)),
+        )
         best = max(("single_global_batch", "single_rank_batch"), key=lambda n: r.measurements[n].median)
-        r.add("single_best", f"single-process torch (best: {r.measurements[best].label})", "samples/s",
-              r.measurements[best].values)
+        r.add(
+            "single_best",
+            f"single-process torch (best: {r.measurements[best].label})",
+            "samples/s",
+            r.measurements[best].values,
+        )
 
         # The target is on Horovod; TorchDistributor, for comparison, runs one time fewer.
-        runs = {"horovod": [self.submit("horovod") for _ in range(s.submit_repeats)],
-                "torch_distributor": [self.submit("torch_distributor") for _ in range(max(1, s.submit_repeats - 1))]}
+        runs = {
+            "horovod": [self.submit("horovod") for _ in range(s.submit_repeats)],
+            "torch_distributor": [self.submit("torch_distributor") for _ in range(max(1, s.submit_repeats - 1))],
+        }
         for backend, label in (("horovod", "Horovod job"), ("torch_distributor", "TorchDistributor job")):
-            r.add(backend, f"{label}, {RANKS} ranks x 1 thread, batch {BATCH} per rank", "samples/s",
-                  [run["sps"] for run in runs[backend]])
-            r.add(f"{backend}_startup", f"{label}: submit to first step", "s", [run["startup"] for run in runs[backend]])
+            r.add(
+                backend,
+                f"{label}, {RANKS} ranks x 1 thread, batch {BATCH} per rank",
+                "samples/s",
+                [run["sps"] for run in runs[backend]],
+            )
+            r.add(
+                f"{backend}_startup", f"{label}: submit to first step", "s", [run["startup"] for run in runs[backend]]
+            )
             r.add(f"{backend}_wall", f"{label}: spark-submit wall time", "s", [run["wall"] for run in runs[backend]])
         r.ratios += [
             Ratio("horovod", "single_best", "Horovod / single-process torch"),
@@ -104,8 +149,17 @@ class TrainingBench(Benchmark):
             Ratio("horovod_startup", "horovod_wall", "Horovod start-up / job wall time"),
             Ratio("torch_distributor_startup", "horovod_startup", "TorchDistributor start-up / Horovod start-up"),
         ]
-        r.targets.append(Target("Horovod 2-rank training >= 0.8x of single-process torch", "Horovod / single-process torch",
-                                ">=", 0.8))
-        r.settings = {"train_rows": runs["horovod"][0]["rows"], "epochs": s.train_epochs, "ranks": RANKS,
-                      "batch_per_rank": BATCH, "threads_per_rank": 1, "single_process_threads": RANKS}
+        r.targets.append(
+            Target(
+                "Horovod 2-rank training >= 0.8x of single-process torch", "Horovod / single-process torch", ">=", 0.8
+            )
+        )
+        r.settings = {
+            "train_rows": runs["horovod"][0]["rows"],
+            "epochs": s.train_epochs,
+            "ranks": RANKS,
+            "batch_per_rank": BATCH,
+            "threads_per_rank": 1,
+            "single_process_threads": RANKS,
+        }
         return r

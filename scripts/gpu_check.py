@@ -128,8 +128,12 @@ def score_on_gpu(state_dict: dict, rows: int, repeats: int) -> dict:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=("auto", "horovod", "torch_distributor"), default="auto",
-                        help="auto: horovod if built with NCCL, else torch_distributor")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "horovod", "torch_distributor"),
+        default="auto",
+        help="auto: horovod if built with NCCL, else torch_distributor",
+    )
     parser.add_argument("--gpus", type=int, default=0, help="ranks, one per GPU (0: every visible GPU)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=100, help="steps per rank and epoch")
@@ -158,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     nccl = horovod_has_nccl()
     backend = args.backend if args.backend != "auto" else ("horovod" if nccl else "torch_distributor")
     if backend == "horovod" and not nccl:
-        print("gpu_check: Horovod was not built with HOROVOD_GPU_OPERATIONS=NCCL; "
-              "rebuild it or use --backend torch_distributor", file=sys.stderr)
+        print(
+            "gpu_check: Horovod was not built with HOROVOD_GPU_OPERATIONS=NCCL; "
+            "rebuild it or use --backend torch_distributor",
+            file=sys.stderr,
+        )
         return EXIT_NO_GPU
 
     from spark_jobs.train import TrainConfig

@@ -207,8 +207,10 @@ class Azurite:
         self._proc = subprocess.Popen(
             [
                 str(self.executable()),
-                "--blobHost", "127.0.0.1",
-                "--blobPort", str(self.port),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(self.port),
                 "--inMemoryPersistence",
                 "--loose",
                 "--skipApiVersionCheck",
@@ -225,7 +227,9 @@ class Azurite:
                 return True
 
         try:
-            _wait_until_ready(self._proc, listening, timeout, f"Azurite on {self.blob_endpoint}", self.state_dir / "azurite.log")
+            _wait_until_ready(
+                self._proc, listening, timeout, f"Azurite on {self.blob_endpoint}", self.state_dir / "azurite.log"
+            )
         except TimeoutError:
             self.stop()
             raise
@@ -321,12 +325,18 @@ class LocalStack:
         log = open(store / "server.log", "ab")
         self._mlflow = subprocess.Popen(
             [
-                str(VENV_BIN / "mlflow"), "server",
-                "--backend-store-uri", f"sqlite:///{self.mlflow_db}",
-                "--artifacts-destination", self.artifacts_destination or str(store / "artifacts"),
-                "--host", "127.0.0.1",
-                "--port", str(self.mlflow_port),
-                "--workers", "1",
+                str(VENV_BIN / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.mlflow_db}",
+                "--artifacts-destination",
+                self.artifacts_destination or str(store / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.mlflow_port),
+                "--workers",
+                "1",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -339,7 +349,9 @@ class LocalStack:
                 return resp.status == 200
 
         try:
-            _wait_until_ready(self._mlflow, healthy, timeout, f"MLflow server on {self.tracking_uri}", store / "server.log")
+            _wait_until_ready(
+                self._mlflow, healthy, timeout, f"MLflow server on {self.tracking_uri}", store / "server.log"
+            )
         except TimeoutError:
             self.stop_mlflow()
             raise
@@ -359,11 +371,32 @@ class LocalStack:
         env = {**self.env(), "SPARK_WORKER_DIR": str(logs / "work")}
         spark_class = str(VENV_BIN / "spark-class")
         master_url = f"spark://127.0.0.1:{port}"
-        commands = [[spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(port), "--webui-port", str(ui_port)]]
+        commands = [
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui_port),
+            ]
+        ]
         commands += [
-            [spark_class, "org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
-             "--cores", str(cores_per_worker), "--memory", "3g", "--webui-port", str(free_port())]
+            [
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                master_url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(cores_per_worker),
+                "--memory",
+                "3g",
+                "--webui-port",
+                str(free_port()),
+            ]
             for _ in range(workers)
         ]
         for i, command in enumerate(commands):
@@ -405,7 +438,10 @@ class LocalStack:
             self._services.append(
                 subprocess.Popen(
                     [str(VENV_BIN / "airflow"), *component, *options],
-                    stdout=out, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=self.env(),
+                    start_new_session=True,
                 )
             )
         deadline = time.monotonic() + timeout
@@ -417,9 +453,10 @@ class LocalStack:
             try:
                 with urllib.request.urlopen(f"{self.api_url}/api/v2/monitor/health", timeout=2) as resp:
                     health = json.load(resp)
-                if health.get("scheduler", {}).get("status") == "healthy" and health.get(
-                    "dag_processor", {}
-                ).get("status") == "healthy":
+                if (
+                    health.get("scheduler", {}).get("status") == "healthy"
+                    and health.get("dag_processor", {}).get("status") == "healthy"
+                ):
                     return
             except OSError:
                 pass
@@ -455,7 +492,9 @@ class LocalStack:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
 
-    def airflow(self, *args: str, check: bool = True, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    def airflow(
+        self, *args: str, check: bool = True, timeout: float | None = None, **kwargs
+    ) -> subprocess.CompletedProcess:
         return subprocess.run(
             [str(VENV_BIN / "airflow"), *args], env=self.env(), check=check, timeout=timeout, text=True, **kwargs
         )
@@ -500,7 +539,9 @@ class LocalStack:
         cmd, env = self.spark_submit_command(job, args, archive=archive)
         return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
-    def dags_test(self, dag_id: str, logical_date: str, conf: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    def dags_test(
+        self, dag_id: str, logical_date: str, conf: dict | None = None, **kwargs
+    ) -> subprocess.CompletedProcess:
         args = ["dags", "test", dag_id, logical_date]
         if conf:
             args += ["--conf", json.dumps(conf)]

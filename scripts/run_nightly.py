@@ -48,8 +48,11 @@ def summarize(stack: LocalStack, ds: str) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--date", default=dt.datetime.now(dt.timezone.utc).date().isoformat(),
-                        help="logical date of the run (default: today, UTC); it processes the day before")
+    parser.add_argument(
+        "--date",
+        default=dt.datetime.now(dt.UTC).date().isoformat(),
+        help="logical date of the run (default: today, UTC); it processes the day before",
+    )
     parser.add_argument("--rows", type=int, default=5000, help="rows per generated daily drop")
     parser.add_argument("--keep-mlflow", action="store_true", help="leave the MLflow server running")
     args = parser.parse_args()

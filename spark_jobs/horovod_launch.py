@@ -79,7 +79,7 @@ def services_bound_to(host: str) -> Iterator[None]:
     try:
         yield
     finally:
-        for module, original in zip(modules, originals):
+        for module, original in zip(modules, originals, strict=False):
             module.find_port = original
 
 
@@ -98,7 +98,9 @@ def _task_mappers_bound_to(host: str, make_mapper: Callable[..., Callable]) -> C
     return make
 
 
-def run(spark: SparkSession, fn: Callable, *, args: tuple, num_proc: int, env: dict[str, str], verbose: int = 1) -> list:
+def run(
+    spark: SparkSession, fn: Callable, *, args: tuple, num_proc: int, env: dict[str, str], verbose: int = 1
+) -> list:
     """``horovod.spark.run(fn, args, num_proc=num_proc, env=env)``; on a loopback-bound
     Spark driver, with every Horovod socket on that address. Returns each rank's result."""
     import horovod.spark

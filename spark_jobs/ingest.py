@@ -220,12 +220,12 @@ def check_header(path: str, first_line: str) -> bool:
     if names == RAW_COLS:
         return True
     if sorted(names) == sorted(RAW_COLS):
-        at = next(i for i, (got, want) in enumerate(zip(names, RAW_COLS)) if got != want)
+        at = next(i for i, (got, want) in enumerate(zip(names, RAW_COLS, strict=False)) if got != want)
         detail = f"the expected columns in another order (column {at + 1} is '{names[at]}', expected '{RAW_COLS[at]}')"
     elif len(names) != len(RAW_COLS):
         detail = f"{len(names)} columns, expected {len(RAW_COLS)}"
     else:
-        at = next(i for i, (got, want) in enumerate(zip(names, RAW_COLS)) if got != want)
+        at = next(i for i, (got, want) in enumerate(zip(names, RAW_COLS, strict=False)) if got != want)
         detail = f"column {at + 1} is '{names[at]}', expected '{RAW_COLS[at]}'"
     raise IngestError(
         f"raw file {path} has the header {_abbreviated(names)}: {detail}. Expected no header or "
@@ -241,9 +241,10 @@ def find_header_lines(lines_df: DataFrame, raw_path: str) -> dict[str, int]:
     Computed in one aggregate, with no filter a scan could take over: a filter pushed into
     the scan could change how files are packed into partitions, and with it the line ids.
     """
-    first = F.when((F.col(_BLOCK_START) == 0) & ~_is_blank(), F.struct(
-        F.col(LINE_ID_COL).alias("id"), F.substring(F.col(RAW_RECORD_COL), 1, SNIFF_BYTES).alias("text")
-    ))
+    first = F.when(
+        (F.col(_BLOCK_START) == 0) & ~_is_blank(),
+        F.struct(F.col(LINE_ID_COL).alias("id"), F.substring(F.col(RAW_RECORD_COL), 1, SNIFF_BYTES).alias("text")),
+    )
     rows = _reading(raw_path, lines_df.groupBy(SOURCE_FILE_COL).agg(F.min(first).alias("first")).collect)
     return {
         row[SOURCE_FILE_COL]: row["first"]["id"]
@@ -371,9 +372,7 @@ def with_rejection_reason(parsed_df: DataFrame) -> DataFrame:
         )
         .when(
             bad_number.isNotNull(),
-            F.format_string(
-                "pixel%d is empty or not an integer: '%s'", bad_number, pixel_value(bad_number)
-            ),
+            F.format_string("pixel%d is empty or not an integer: '%s'", bad_number, pixel_value(bad_number)),
         )
         .when(
             bad_range.isNotNull(),
@@ -513,12 +512,16 @@ def ingest_partition(
         # Recorded beside the published drop, never over it: the day's curated rows,
         # rejects and manifest keep describing one drop. The bad rows stay inspectable.
         replace_quarantine(spark, quarantine_df, rejected_root, ds, rows_quarantined)
-        write_json(spark, rejected_path, {
-            **manifest,
-            "quarantine_partition": partition_path(rejected_root, ds),
-            "published_manifest": manifest_path,
-            "outcome": "rejected",
-        })
+        write_json(
+            spark,
+            rejected_path,
+            {
+                **manifest,
+                "quarantine_partition": partition_path(rejected_root, ds),
+                "published_manifest": manifest_path,
+                "outcome": "rejected",
+            },
+        )
         problem = (
             f"no valid rows among {report.rows_in}"
             if rows_curated == 0
@@ -531,9 +534,11 @@ def ingest_partition(
         )
     replace_quarantine(spark, quarantine_df, quarantine_root, ds, rows_quarantined)
     replace_partitions(select_curated(checked_df, ds), curated_root)
-    write_json(spark, manifest_path, {
-        **manifest, "quarantine_partition": partition_path(quarantine_root, ds), "outcome": "published"
-    })
+    write_json(
+        spark,
+        manifest_path,
+        {**manifest, "quarantine_partition": partition_path(quarantine_root, ds), "outcome": "published"},
+    )
     # An earlier rejected drop of the day no longer describes anything that is live.
     delete_path(spark, rejected_path)
     delete_path(spark, partition_path(rejected_root, ds))

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from torch import nn
 
 
-
 class MnistNet(nn.Module):
     """Two 5x5 conv layers (10, 20 channels, dropout), two linear layers, log-softmax.
 

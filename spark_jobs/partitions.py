@@ -177,7 +177,13 @@ def _process_start(pid: int) -> str | None:
 
 def _owner(job: str) -> dict[str, Any]:
     pid = os.getpid()
-    return {"job": job, "host": socket.gethostname(), "pid": pid, "process_start": _process_start(pid), "started_ms": _now_ms()}
+    return {
+        "job": job,
+        "host": socket.gethostname(),
+        "pid": pid,
+        "process_start": _process_start(pid),
+        "started_ms": _now_ms(),
+    }
 
 
 def _writer_gone(owner: dict[str, Any], max_age_s: float) -> bool:
@@ -194,7 +200,9 @@ def _staged_days(tree: _Tree, staging: str) -> dict[str, str]:
     days = {}
     for name, is_dir in tree.listdir(f"{staging}/data"):
         if is_dir and name.startswith(f"{PARTITION_COL}="):
-            files = sorted(n for n, sub in tree.listdir(f"{staging}/data/{name}") if not sub and not n.startswith((".", "_")))
+            files = sorted(
+                n for n, sub in tree.listdir(f"{staging}/data/{name}") if not sub and not n.startswith((".", "_"))
+            )
             days[name.split("=", 1)[1]] = files[0]
     return days
 
@@ -210,7 +218,9 @@ def _commit(tree: _Tree, journal: dict[str, Any]) -> str:
 
 def _journals(tree: _Tree) -> list[str]:
     """Committed journals, oldest commit first."""
-    return sorted(n for n, is_dir in tree.listdir(_TXN_DIR) if not is_dir and n.endswith(".json") and not n.startswith("."))
+    return sorted(
+        n for n, is_dir in tree.listdir(_TXN_DIR) if not is_dir and n.endswith(".json") and not n.startswith(".")
+    )
 
 
 def _swap_day(tree: _Tree, journal: dict[str, Any], ds: str) -> None:
@@ -244,7 +254,9 @@ def _finish_abandoned(tree: _Tree) -> None:
     live writer is swapping), oldest first so the newest commit of a day ends up live."""
     for name in _journals(tree):
         journal = json.loads(tree.read(f"{_TXN_DIR}/{name}"))
-        log.warning("completing the replacement of %s left by job %s", ", ".join(sorted(journal["days"])), journal["job"])
+        log.warning(
+            "completing the replacement of %s left by job %s", ", ".join(sorted(journal["days"])), journal["job"]
+        )
         for ds in sorted(journal["days"]):
             _swap_day(tree, journal, ds)
         tree.delete(f"{_TXN_DIR}/{name}")
@@ -282,7 +294,9 @@ def _read_resolved(spark: SparkSession, tree: _Tree, start_ds: str, end_ds: str)
                 continue
             decided.add(ds)
             data = f"{journal['staging']}/data"
-            if not tree.exists(f"{PARTITION_COL}={ds}/{marker}") and tree.exists(f"{data}/{PARTITION_COL}={ds}/{marker}"):
+            if not tree.exists(f"{PARTITION_COL}={ds}/{marker}") and tree.exists(
+                f"{data}/{PARTITION_COL}={ds}/{marker}"
+            ):
                 staged.setdefault(data, []).append(ds)
     frames = []
     pending = sorted(ds for days in staged.values() for ds in days)
@@ -376,7 +390,9 @@ class _LocalTree(_Tree):
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"{self.root}: another writer held the swap lock for over {SWAP_LOCK_WAIT_S} s") from None
+                        raise TimeoutError(
+                            f"{self.root}: another writer held the swap lock for over {SWAP_LOCK_WAIT_S} s"
+                        ) from None
                     time.sleep(_LOCK_POLL_S)
             try:
                 yield
@@ -440,7 +456,9 @@ class _HadoopTree(_Tree):
                 self.delete(taken)
                 continue
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.root}: swap lock {self.uri(lock)} held by {holder} for over {SWAP_LOCK_WAIT_S} s")
+                raise TimeoutError(
+                    f"{self.root}: swap lock {self.uri(lock)} held by {holder} for over {SWAP_LOCK_WAIT_S} s"
+                )
             time.sleep(_LOCK_POLL_S)
         try:
             yield

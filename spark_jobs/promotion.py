@@ -75,7 +75,7 @@ def history_entry_tag(seq: int, alias: str = CHAMPION) -> str:
 
 
 def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -106,14 +106,14 @@ class HistoryEntry:
 
 
 def _iso(when: dt.datetime | None) -> str | None:
-    return None if when is None else when.astimezone(dt.timezone.utc).isoformat()
+    return None if when is None else when.astimezone(dt.UTC).isoformat()
 
 
 def _utc(value: str, what: str) -> dt.datetime:
     parsed = dt.datetime.fromisoformat(value)
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ValueError(f"{what} {value!r} has no UTC offset")
-    return parsed.astimezone(dt.timezone.utc)
+    return parsed.astimezone(dt.UTC)
 
 
 def read_history(tags: Mapping[str, str], alias: str = CHAMPION) -> list[HistoryEntry]:
@@ -126,7 +126,7 @@ def read_history(tags: Mapping[str, str], alias: str = CHAMPION) -> list[History
             history.append(HistoryEntry(version=str(item["version"]), effective=since))
         history.sort(key=lambda entry: entry.effective)
     prefix = f"{legacy_history_tag(alias)}."
-    for key in sorted(k for k in tags if k.startswith(prefix) and k[len(prefix):].isdigit()):
+    for key in sorted(k for k in tags if k.startswith(prefix) and k[len(prefix) :].isdigit()):
         try:
             item = json.loads(tags[key])
             history.append(
@@ -138,7 +138,7 @@ def read_history(tags: Mapping[str, str], alias: str = CHAMPION) -> list[History
                     state=item["state"],
                     run=item.get("run"),
                     tag=key,
-                    seq=int(key[len(prefix):]),
+                    seq=int(key[len(prefix) :]),
                 )
             )
         except (TypeError, KeyError, ValueError) as err:
@@ -181,7 +181,12 @@ def next_entry(
 
 
 def reconcile(
-    client, model_name: str, history: list[HistoryEntry], alias_version: str | None, *, clock: Callable[[], dt.datetime] = utc_now
+    client,
+    model_name: str,
+    history: list[HistoryEntry],
+    alias_version: str | None,
+    *,
+    clock: Callable[[], dt.datetime] = utc_now,
 ) -> list[HistoryEntry]:
     """Make the history agree with where the alias points; call it holding the lock.
 
@@ -204,11 +209,19 @@ def reconcile(
         else:
             log.warning(
                 "%s: promotion of version %s never moved the alias (it points to %s); removing %s",
-                model_name, last.version, alias_version, last.tag,
+                model_name,
+                last.version,
+                alias_version,
+                last.tag,
             )
             client.delete_registered_model_tag(model_name, last.tag)
     if alias_version is not None and (not history or history[-1].version != alias_version):
-        log.warning("%s: %s points to version %s, which the history does not record; recording it now", model_name, CHAMPION, alias_version)
+        log.warning(
+            "%s: %s points to version %s, which the history does not record; recording it now",
+            model_name,
+            CHAMPION,
+            alias_version,
+        )
         found = next_entry(history, alias_version, moved_at=clock(), logical_time=None, run=None)
         found = replace(found, state=DONE)
         client.set_registered_model_tag(model_name, found.tag, found.value())
@@ -225,7 +238,10 @@ def superseded_by(history: list[HistoryEntry], version: str, champion_now: str |
     """
     if str(version) == str(champion_now) or all(entry.version != str(version) for entry in history):
         return None
-    return f"version {version} was champion before and no longer is (champion now: {champion_now or 'none'}); not moved back"
+    return (
+        f"version {version} was champion before and no longer is (champion now: {champion_now or 'none'}); "
+        "not moved back"
+    )
 
 
 @contextlib.contextmanager
@@ -355,7 +371,7 @@ def promote_to_champion(
             passed, reason = rule(champion_now)
             if not passed:
                 return PromotionOutcome(moved=False, refusal=reason, champion_before=champion_now)
-        entry = next_entry(history, version, moved_at=clock(), logical_time=logical_time.astimezone(dt.timezone.utc), run=run)
+        entry = next_entry(history, version, moved_at=clock(), logical_time=logical_time.astimezone(dt.UTC), run=run)
         client.set_registered_model_tag(model_name, entry.tag, entry.value())
         client.set_registered_model_alias(model_name, CHAMPION, version)
         client.set_registered_model_tag(model_name, entry.tag, replace(entry, state=DONE).value())

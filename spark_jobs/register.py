@@ -41,8 +41,7 @@ def promotion_decision(
         return False, f"accuracy {candidate_acc:.4f} below the floor {min_accuracy:.4f}"
     if champion_acc is not None and candidate_acc < champion_acc - tolerance:
         return False, (
-            f"accuracy {candidate_acc:.4f} worse than champion's {champion_acc:.4f} "
-            f"beyond tolerance {tolerance:.4f}"
+            f"accuracy {candidate_acc:.4f} worse than champion's {champion_acc:.4f} beyond tolerance {tolerance:.4f}"
         )
     if champion_acc is None:
         return True, f"accuracy {candidate_acc:.4f} >= floor {min_accuracy:.4f}; no champion yet"
@@ -128,9 +127,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="ISO-8601 logical time of the promoting run: from when as_of answers the new champion, "
         "clamped to the real move time (see spark_jobs/promotion.py)",
     )
-    parser.add_argument("--lock-timeout", type=float, default=LOCK_TIMEOUT_S, help="seconds to wait for the promotion lock")
     parser.add_argument(
-        "--lock-stale-after", type=float, default=LOCK_STALE_AFTER_S, help="seconds after which a lock's holder is presumed dead"
+        "--lock-timeout", type=float, default=LOCK_TIMEOUT_S, help="seconds to wait for the promotion lock"
+    )
+    parser.add_argument(
+        "--lock-stale-after",
+        type=float,
+        default=LOCK_STALE_AFTER_S,
+        help="seconds after which a lock's holder is presumed dead",
     )
     args = parser.parse_args(argv)
     if not 0 < args.lock_stale_after < args.lock_timeout:
@@ -186,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
                     )
                     log.info(
                         "champion version %s: held-out accuracy %.4f on the same rows",
-                        champion_version, champion_accuracy[champion_version],
+                        champion_version,
+                        champion_accuracy[champion_version],
                     )
                 champion_acc = champion_accuracy[champion_version]
             return promotion_decision(

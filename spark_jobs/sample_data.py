@@ -54,7 +54,7 @@ def make_rows(ds: str, rows: int, *, seed: int = 0, augment: bool = True) -> tup
     picks = rng.integers(0, len(labels), size=rows)
     out = images[picks].astype(np.float64)
     shifts = rng.integers(-MAX_SHIFT, MAX_SHIFT + 1, size=(rows, 2))
-    for (dy, dx) in np.unique(shifts, axis=0):
+    for dy, dx in np.unique(shifts, axis=0):
         sel = np.all(shifts == (dy, dx), axis=1)
         # The 4-pixel border is empty, so rolling by <= 2 pixels never wraps ink around.
         out[sel] = np.roll(out[sel], shift=(dy, dx), axis=(1, 2))

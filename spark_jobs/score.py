@@ -50,9 +50,9 @@ def score_partition(curated_df: DataFrame, model: PinnedModel) -> DataFrame:
 def score_partitions(spark, model: PinnedModel, input_root: str, scored_root: str, start_ds: str, end_ds: str) -> dict:
     """Score every curated partition in ``start_ds..end_ds`` with one model, in one job.
 
-    All partitions are committed together by ``replace_partitions`` (one commit, so readers see every new day at once), each
-    replacing its previous version; days without a curated partition are reported, the
-    others still written. Returns the per-partition counts read back from the output.
+    All partitions are committed together by ``replace_partitions`` (one commit, so readers
+    see every new day at once), each replacing its previous version; days without a curated
+    partition are reported, the others still written. Returns the per-partition counts read back from the output.
     """
     curated_df = read_partitions(spark, input_root, start_ds, end_ds)
     rows_in = {r[PARTITION_COL]: r["count"] for r in curated_df.groupBy(PARTITION_COL).count().collect()}

@@ -25,18 +25,18 @@ never from the command line.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
-import io
 import math
 import os
 import posixpath
 import re
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
@@ -96,12 +96,7 @@ def _parse_tag(value: str) -> tuple[str, str]:
 
 def write_training_shards(train_df, shard_dir: str, num_ranks: int) -> list[str]:
     """Write the training rows as ``num_ranks`` Parquet files; return their paths, sorted."""
-    (
-        train_df.select(LABEL_COL, *PIXEL_COLS)
-        .repartition(num_ranks)
-        .write.mode("overwrite")
-        .parquet(shard_dir)
-    )
+    (train_df.select(LABEL_COL, *PIXEL_COLS).repartition(num_ranks).write.mode("overwrite").parquet(shard_dir))
     return list_files(train_df.sparkSession, shard_dir, suffix=".parquet")
 
 
@@ -496,7 +491,9 @@ def run_torch_distributor(
     return distributor.run(_torchrun_entry(_job_archives(spark), rank_env), asdict(config), shard_files, run_id)
 
 
-def run_ranks(backend: str, spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str) -> dict:
+def run_ranks(
+    backend: str, spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str
+) -> dict:
     """Train with the chosen backend; rank 0's result (history and weights)."""
     launchers = {"horovod": run_horovod, "torch_distributor": run_torch_distributor}
     return launchers[backend](spark, config, shard_files, num_ranks, run_id)
@@ -550,7 +547,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument(
         "--checkpoint-dir",
-        help="fsspec URL for per-epoch checkpoints; a restart resumes from the latest (credentials from the environment)",
+        help="fsspec URL for per-epoch checkpoints; a restart resumes from the latest "
+        "(credentials from the environment)",
     )
     parser.add_argument("--tag", type=_parse_tag, action="append", default=[], help="KEY=VALUE run tag")
     return parser.parse_args(argv)

@@ -71,9 +71,13 @@ class PlatformConfig:
     mlflow_conn_id: str = field(default_factory=lambda: _env("ML_MLFLOW_CONN_ID", "mlflow_default"))
     # Where spark-submit finds the entry points and the --py-files archive of spark_jobs.
     jobs_root: str = field(default_factory=lambda: _env("ML_JOBS_ROOT", str(REPO_ROOT / "spark_jobs" / "entrypoints")))
-    jobs_archive: str = field(default_factory=lambda: _env("ML_JOBS_ARCHIVE", str(REPO_ROOT / "build" / "spark_jobs.zip")))
+    jobs_archive: str = field(
+        default_factory=lambda: _env("ML_JOBS_ARCHIVE", str(REPO_ROOT / "build" / "spark_jobs.zip"))
+    )
     pyspark_python: str = field(default_factory=lambda: _env("ML_PYSPARK_PYTHON", sys.executable))
-    spark_log_config: str = field(default_factory=lambda: _env("ML_SPARK_LOG_CONFIG", str(REPO_ROOT / "conf" / "log4j2.properties")))
+    spark_log_config: str = field(
+        default_factory=lambda: _env("ML_SPARK_LOG_CONFIG", str(REPO_ROOT / "conf" / "log4j2.properties"))
+    )
     git_revision: str = field(default_factory=lambda: _env("ML_GIT_REVISION", "unknown"))
     max_bad_ratio: float = field(default_factory=lambda: float(_env("ML_MAX_BAD_RATIO", "0.05")))
     # "false" on YARN/Kubernetes, where the driver gets MLflow credentials from a cluster

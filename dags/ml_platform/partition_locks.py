@@ -120,7 +120,9 @@ def _take(path: Any, holder: Holder, is_live: Callable[[Holder], bool]) -> Holde
     return _read(path) or UNKNOWN
 
 
-def try_claim(lock_dir: Any, names: list[str], holder: Holder, is_live: Callable[[Holder], bool]) -> list[tuple[str, Holder]]:
+def try_claim(
+    lock_dir: Any, names: list[str], holder: Holder, is_live: Callable[[Holder], bool]
+) -> list[tuple[str, Holder]]:
     """Take every lock in ``names`` or none (all-or-nothing, in order: no deadlock, nothing
     held while waiting). Returns ``[(name, other holder)]`` when busy, ``[]`` when taken."""
     taken: list[str] = []

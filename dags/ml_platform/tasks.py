@@ -84,7 +84,9 @@ def spark_job(cfg: PlatformConfig, *, task_id: str, job: str, args: list[Any], *
     )
 
 
-def synapse_job(cfg: PlatformConfig, *, task_id: str, job: str, name: str, args: list[str], **kwargs: Any) -> BaseOperator:
+def synapse_job(
+    cfg: PlatformConfig, *, task_id: str, job: str, name: str, args: list[str], **kwargs: Any
+) -> BaseOperator:
     """The same job as a Spark batch job on the Synapse pool ``cfg.synapse_pool``.
 
     The payload names the same entry point, ``--py-files`` archive and arguments as the
@@ -163,7 +165,7 @@ def raw_drop_file_name(blob_name: str, prefix: str) -> str:
     """
     if not blob_name.startswith(prefix):
         raise ValueError(f"landed blob {blob_name!r} is not under the day's prefix {prefix!r}")
-    relative = blob_name[len(prefix):]
+    relative = blob_name[len(prefix) :]
     if "\\" in relative or "\x00" in relative or any(s in ("", ".", "..") for s in relative.split("/")):
         raise ValueError(
             f"landed blob {blob_name!r} is not a plain path below {prefix!r} "
@@ -256,7 +258,9 @@ def partition_lock(cfg: PlatformConfig, dataset: str, start_ds: str, end_ds: str
             try:
                 return ti.get_dagrun_state(other.dag_id, other.run_id) in LIVE_RUN_STATES
             except Exception:  # unknown run or API error: never break what may be held
-                log.warning("state of %s/%s unknown; treating its lock as held", other.dag_id, other.run_id, exc_info=True)
+                log.warning(
+                    "state of %s/%s unknown; treating its lock as held", other.dag_id, other.run_id, exc_info=True
+                )
                 return True
 
         lock_dir = storage_path(cfg, cfg.lock_root)
@@ -264,7 +268,10 @@ def partition_lock(cfg: PlatformConfig, dataset: str, start_ds: str, end_ds: str
         for name, other in busy:
             log.info(
                 "waiting for %s/%s, held by %s run %s (delete it if that run is gone)",
-                cfg.lock_root, name, other.dag_id, other.run_id,
+                cfg.lock_root,
+                name,
+                other.dag_id,
+                other.run_id,
             )
         return PokeReturnValue(is_done=not busy)
 
@@ -288,11 +295,16 @@ def ingest(cfg: PlatformConfig, ds: str) -> TaskGroup:
                 task_id="ingest_raw_drop",
                 job="ingest",
                 args=[
-                    "--ds", ds,
-                    "--raw-path", cfg.raw_path(ds),
-                    "--curated-root", cfg.curated_root,
-                    "--quarantine-root", cfg.quarantine_root,
-                    "--max-bad-ratio", cfg.max_bad_ratio,
+                    "--ds",
+                    ds,
+                    "--raw-path",
+                    cfg.raw_path(ds),
+                    "--curated-root",
+                    cfg.curated_root,
+                    "--quarantine-root",
+                    cfg.quarantine_root,
+                    "--max-bad-ratio",
+                    cfg.max_bad_ratio,
                 ],
                 outlets=[curated_asset(cfg)],
             )
@@ -318,21 +330,36 @@ def train(
         task_id="train_model",
         job="train",
         args=[
-            "--curated-root", cfg.curated_root,
-            "--start-ds", start_ds,
-            "--end-ds", end_ds,
-            "--work-dir", f"{run_dir(cfg)}/train",
-            "--output-manifest", f"{run_dir(cfg)}/train.json",
-            "--experiment-name", cfg.experiment_name,
-            "--epochs", epochs,
-            "--learning-rate", learning_rate,
-            "--batch-size", batch_size,
-            "--num-ranks", num_ranks,
-            "--backend", backend,
-            "--holdout-pct", cfg.training.holdout_pct,
-            "--split-seed", cfg.training.split_seed,
-            "--tag", "airflow_dag_id={{ dag.dag_id }}",
-            "--tag", "airflow_run_id={{ run_id }}",
+            "--curated-root",
+            cfg.curated_root,
+            "--start-ds",
+            start_ds,
+            "--end-ds",
+            end_ds,
+            "--work-dir",
+            f"{run_dir(cfg)}/train",
+            "--output-manifest",
+            f"{run_dir(cfg)}/train.json",
+            "--experiment-name",
+            cfg.experiment_name,
+            "--epochs",
+            epochs,
+            "--learning-rate",
+            learning_rate,
+            "--batch-size",
+            batch_size,
+            "--num-ranks",
+            num_ranks,
+            "--backend",
+            backend,
+            "--holdout-pct",
+            cfg.training.holdout_pct,
+            "--split-seed",
+            cfg.training.split_seed,
+            "--tag",
+            "airflow_dag_id={{ dag.dag_id }}",
+            "--tag",
+            "airflow_run_id={{ run_id }}",
             *checkpoints,
         ],
     )
@@ -345,19 +372,32 @@ def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: str = 
         task_id="register_model",
         job="register",
         args=[
-            "--train-manifest", f"{run_dir(cfg)}/train.json",
-            "--output-manifest", f"{run_dir(cfg)}/register.json",
-            "--curated-root", cfg.curated_root,
-            "--start-ds", start_ds,
-            "--end-ds", end_ds,
-            "--holdout-pct", cfg.training.holdout_pct,
-            "--split-seed", cfg.training.split_seed,
-            "--model-name", cfg.model_name,
-            "--min-accuracy", cfg.training.min_accuracy,
-            "--champion-tolerance", cfg.training.champion_tolerance,
-            "--git-revision", cfg.git_revision,
-            "--airflow-run-id", "{{ run_id }}",
-            "--logical-time", RUN_TIME,
+            "--train-manifest",
+            f"{run_dir(cfg)}/train.json",
+            "--output-manifest",
+            f"{run_dir(cfg)}/register.json",
+            "--curated-root",
+            cfg.curated_root,
+            "--start-ds",
+            start_ds,
+            "--end-ds",
+            end_ds,
+            "--holdout-pct",
+            cfg.training.holdout_pct,
+            "--split-seed",
+            cfg.training.split_seed,
+            "--model-name",
+            cfg.model_name,
+            "--min-accuracy",
+            cfg.training.min_accuracy,
+            "--champion-tolerance",
+            cfg.training.champion_tolerance,
+            "--git-revision",
+            cfg.git_revision,
+            "--airflow-run-id",
+            "{{ run_id }}",
+            "--logical-time",
+            RUN_TIME,
             promote,
         ],
         pool=REGISTRY_POOL,
@@ -379,7 +419,9 @@ def publish_champion(cfg: PlatformConfig):
     return publish(cfg.storage_uri(f"{run_dir(cfg)}/register.json"))
 
 
-def score(cfg: PlatformConfig, *, start_ds: str, end_ds: str | None = None, task_id: str = "score_partition") -> TaskGroup:
+def score(
+    cfg: PlatformConfig, *, start_ds: str, end_ds: str | None = None, task_id: str = "score_partition"
+) -> TaskGroup:
     """Score one partition (``end_ds`` None) or a range with the version the gate pinned,
     holding the predictions locks of those days."""
     days = ["--ds", start_ds] if end_ds is None else ["--start-ds", start_ds, "--end-ds", end_ds]
@@ -389,10 +431,13 @@ def score(cfg: PlatformConfig, *, start_ds: str, end_ds: str | None = None, task
             task_id=task_id,
             job="score",
             args=[
-                "--model", GATE_URI,
-                "--input-data", cfg.curated_root,
+                "--model",
+                GATE_URI,
+                "--input-data",
+                cfg.curated_root,
                 *days,
-                "--scored-data", cfg.predictions_root,
+                "--scored-data",
+                cfg.predictions_root,
             ],
         )
         partition_lock(cfg, "predictions", start_ds, end_ds or start_ds, [writer])

@@ -34,7 +34,7 @@ def route_path(scope: dict) -> str:
     """
     path, root_path = scope.get("path", ""), scope.get("root_path", "").rstrip("/")
     if root_path and path.startswith(root_path + "/"):
-        return path[len(root_path):]
+        return path[len(root_path) :]
     return path
 
 
@@ -100,11 +100,16 @@ class StrictConfMiddleware:
             if unknown:
                 detail = f"unknown parameter(s) {unknown} for dag {dag_id}; allowed: {sorted(declared)}"
                 refusal = json.dumps({"detail": detail}).encode()
-                await send({
-                    "type": "http.response.start",
-                    "status": 400,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(refusal)).encode())],
-                })
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 400,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(refusal)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": refusal})
                 return
 

@@ -47,7 +47,7 @@ def _utc(value: object, what: str) -> dt.datetime:
     when = dt.datetime.fromisoformat(str(value))
     if when.tzinfo is None or when.utcoffset() is None:
         raise ValueError(f"{what} {value!r} has no UTC offset")
-    return when.astimezone(dt.timezone.utc)
+    return when.astimezone(dt.UTC)
 
 
 def _legacy(value: str, tag: str) -> list[Promotion]:
@@ -79,10 +79,16 @@ def read_history(tags: Mapping[str, str] | None, alias: str, alias_version: str 
     for key in keys:
         try:
             entry = json.loads(tags[key])
-            history.append(Promotion(str(entry["version"]), _utc(entry["effective"], "effective"), entry["state"] == "pending"))
+            history.append(
+                Promotion(str(entry["version"]), _utc(entry["effective"], "effective"), entry["state"] == "pending")
+            )
         except (TypeError, KeyError, ValueError) as err:
             raise ValueError(f"tag {key!r} is not a promotion entry: {err}") from err
-    if history and history[-1].pending and history[-1].version != (None if alias_version is None else str(alias_version)):
+    if (
+        history
+        and history[-1].pending
+        and history[-1].version != (None if alias_version is None else str(alias_version))
+    ):
         history.pop()  # recorded, but the alias never moved
     return history
 

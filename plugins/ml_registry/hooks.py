@@ -12,9 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
-    from mlflow import MlflowClient
-
     from airflow.sdk import Connection
+    from mlflow import MlflowClient
 
 # Everything MLflow clients read to reach and authenticate to the server. ``get_conn`` clears
 # the ones a connection does not set, so credentials of another connection never linger.

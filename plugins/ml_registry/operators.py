@@ -15,10 +15,9 @@ from ml_registry.hooks import MlflowRegistryHook
 from ml_registry.links import MlflowModelVersionLink, model_version_url
 
 if TYPE_CHECKING:
+    from airflow.sdk import Context
     from mlflow import MlflowClient
     from mlflow.entities.model_registry import ModelVersion, RegisteredModel
-
-    from airflow.sdk import Context
 
 POLICIES = ("current", "as_of")
 READY, PENDING = "READY", "PENDING_REGISTRATION"
@@ -240,7 +239,10 @@ class ModelRegistryGateOperator(BaseOperator):
                 why = f"no promotion history recorded in registered-model tags {tag!r} or {tag + '.*'!r}"
             else:
                 first = history[0]
-                why = f"the first recorded promotion (version {first.version}) is effective from {first.effective.isoformat()}"
+                why = (
+                    f"the first recorded promotion (version {first.version}) is effective from "
+                    f"{first.effective.isoformat()}"
+                )
             self._refuse(None, f"no version held alias {self.alias!r} at {as_of.isoformat()}: {why}")
         return version
 
@@ -287,7 +289,7 @@ class ModelRegistryGateOperator(BaseOperator):
         if self.max_age is not None and reference_time is None:
             problems.append("max_age: the run has neither a logical date nor run_after to measure the age at")
         elif self.max_age is not None:
-            registered_at = dt.datetime.fromtimestamp(model_version.creation_timestamp / 1000, dt.timezone.utc)
+            registered_at = dt.datetime.fromtimestamp(model_version.creation_timestamp / 1000, dt.UTC)
             age = reference_time - registered_at
             if age > self.max_age:
                 problems.append(
@@ -327,13 +329,11 @@ def _as_utc(value: dt.datetime | None) -> dt.datetime | None:
     if value is None:
         return None
     if value.tzinfo is None or value.utcoffset() is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     # A plain UTC datetime, so selected_by reads the same whatever zone or class (pendulum)
     # the logical date or as_of came in.
-    utc = value.astimezone(dt.timezone.utc)
-    return dt.datetime(
-        utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, tzinfo=dt.timezone.utc
-    )
+    utc = value.astimezone(dt.UTC)
+    return dt.datetime(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, tzinfo=dt.UTC)
 
 
 def _mlflow_type_name(mlflow_type: Any) -> str:

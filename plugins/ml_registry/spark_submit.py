@@ -142,13 +142,13 @@ def terminate_process_tree(root_pid: int, *, grace_period: float, log: logging.L
         return []
     own_group = os.getpgrp()
     groups = {pgid for pgid in (_pgid(p) for p in procs) if pgid is not None and pgid != own_group}
-    log.info(
-        "Terminating spark-submit %d: %d processes in %d process groups", root_pid, len(procs), len(groups)
-    )
+    log.info("Terminating spark-submit %d: %d processes in %d process groups", root_pid, len(procs), len(groups))
     _signal_all(procs, groups, signal.SIGTERM)
     _, alive = psutil.wait_procs(procs, timeout=grace_period)
     if alive:
-        log.warning("Killing %d processes still alive after %.1f s: %s", len(alive), grace_period, [p.pid for p in alive])
+        log.warning(
+            "Killing %d processes still alive after %.1f s: %s", len(alive), grace_period, [p.pid for p in alive]
+        )
     # The groups get SIGKILL in any case: it also reaches a process that joined one during
     # the grace period (a pyspark worker being forked).
     _signal_all(alive, groups, signal.SIGKILL)

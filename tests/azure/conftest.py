@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 import package_jobs
-from azure_support import ARTIFACTS_CONTAINER, CHECKPOINTS_URL, LANDING_CONN_ID, REPO, TRAIN_DS, TRAIN_ROWS
+from azure_support import ARTIFACTS_CONTAINER, CHECKPOINTS_URL, LANDING_CONN_ID, TRAIN_DS, TRAIN_ROWS
 from local_stack import Azurite, LocalStack, free_port, write_curated_partition
 
 
@@ -98,26 +98,40 @@ def train_job(
 
         container, _, prefix = checkpoint_dir.removeprefix("abfs://").partition("/")
         try:  # the job creates the container with its first checkpoint
-            names = [b.name for b in blob_service.get_container_client(container).list_blobs(name_starts_with=f"{prefix}/")]
+            names = [
+                b.name for b in blob_service.get_container_client(container).list_blobs(name_starts_with=f"{prefix}/")
+            ]
         except ResourceNotFoundError:
             return 0
         return max((int(n[-7:-3]) for n in names if n.endswith(".pt")), default=0)
 
-    def run(name: str, backend: str, epochs: int, checkpoint_dir: str, kill_at_checkpoint: int | None = None) -> tuple[dict, str]:
+    def run(
+        name: str, backend: str, epochs: int, checkpoint_dir: str, kill_at_checkpoint: int | None = None
+    ) -> tuple[dict, str]:
         if name not in runs:
             work = root / name
             work.mkdir()
             args = [
-                "--curated-root", str(root / "curated"),
-                "--start-ds", TRAIN_DS,
-                "--end-ds", TRAIN_DS,
-                "--work-dir", str(work / "scratch"),
-                "--output-manifest", str(work / "train.json"),
-                "--experiment-name", "azure-training",
-                "--backend", backend,
-                "--epochs", str(epochs),
-                "--num-ranks", "2",
-                "--checkpoint-dir", checkpoint_dir,
+                "--curated-root",
+                str(root / "curated"),
+                "--start-ds",
+                TRAIN_DS,
+                "--end-ds",
+                TRAIN_DS,
+                "--work-dir",
+                str(work / "scratch"),
+                "--output-manifest",
+                str(work / "train.json"),
+                "--experiment-name",
+                "azure-training",
+                "--backend",
+                backend,
+                "--epochs",
+                str(epochs),
+                "--num-ranks",
+                "2",
+                "--checkpoint-dir",
+                checkpoint_dir,
             ]
             started = time.monotonic()
             if kill_at_checkpoint is None:
@@ -135,8 +149,14 @@ def train_job(
         marker = uuid.uuid4().hex
         log_path = work / "output.log"
         with open(log_path, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=work, env={**env, KILL_MARKER: marker}, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=work,
+                env={**env, KILL_MARKER: marker},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 300
         while proc.poll() is None and time.monotonic() < deadline and latest_checkpoint(checkpoint_dir) < epoch:
             time.sleep(0.05)
@@ -145,7 +165,9 @@ def train_job(
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         output = "\n".join([" ".join(cmd), log_path.read_text(errors="replace")])
-        assert running, f"the job ended (rc {proc.returncode}) before its checkpoint of epoch {epoch}:\n{output[-8000:]}"
+        assert running, (
+            f"the job ended (rc {proc.returncode}) before its checkpoint of epoch {epoch}:\n{output[-8000:]}"
+        )
         return {"killed": True, "orphans": processes_marked(marker)}, output
 
     return run

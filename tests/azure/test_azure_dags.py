@@ -44,7 +44,9 @@ def parse(parse_dags, monkeypatch):
 def spark_tasks(bag) -> list[tuple[str, str]]:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    return [(dag.dag_id, t.task_id) for dag in bag.dags.values() for t in dag.tasks if isinstance(t, SparkSubmitOperator)]
+    return [
+        (dag.dag_id, t.task_id) for dag in bag.dags.values() for t in dag.tasks if isinstance(t, SparkSubmitOperator)
+    ]
 
 
 def test_default_settings_add_no_landing_tasks(parse):
@@ -126,7 +128,10 @@ def test_airflow_tasks_read_azure_storage_urls_in_adlfs_form(path, uri):
 
 @pytest.mark.parametrize(
     "env, message",
-    [({"ML_SPARK_SUBMIT_TARGET": "emr"}, "ML_SPARK_SUBMIT_TARGET"), ({"ML_SPARK_SUBMIT_TARGET": "synapse"}, "ML_SYNAPSE_POOL")],
+    [
+        ({"ML_SPARK_SUBMIT_TARGET": "emr"}, "ML_SPARK_SUBMIT_TARGET"),
+        ({"ML_SPARK_SUBMIT_TARGET": "synapse"}, "ML_SYNAPSE_POOL"),
+    ],
 )
 def test_bad_submit_target_settings_are_refused_by_name(monkeypatch, env, message):
     from ml_platform.config import load_config
@@ -148,7 +153,9 @@ def test_synapse_jobs_get_exactly_what_spark_submit_gets(parse):
     spark_bag = parse()
     synapse_bag = parse(**SYNAPSE)
     jobs = spark_tasks(spark_bag)
-    assert {("ml_nightly_retrain", t) for t in ("ingest_raw_drop", "train_model", "register_model", "score_partition")} <= set(jobs)
+    assert {
+        ("ml_nightly_retrain", t) for t in ("ingest_raw_drop", "train_model", "register_model", "score_partition")
+    } <= set(jobs)
     assert spark_tasks(synapse_bag) == []
     for dag_id, task_id in jobs:
         submit = spark_bag.dags[dag_id].get_task(task_id)
@@ -176,12 +183,19 @@ def test_synapse_request_carries_the_tracking_uri_and_no_secret(parse, monkeypat
 
     password, token = uuid.uuid4().hex, uuid.uuid4().hex
     mlflow_conn = {
-        "conn_type": "http", "host": "mlflow.example.com", "port": 443, "schema": "https",
-        "login": "svc-ml", "password": password, "extra": {"token": token},
+        "conn_type": "http",
+        "host": "mlflow.example.com",
+        "port": 443,
+        "schema": "https",
+        "login": "svc-ml",
+        "password": password,
+        "extra": {"token": token},
     }
     monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_DEFAULT", json.dumps(mlflow_conn))
     submitted = []
-    monkeypatch.setattr(AzureSynapseHook, "run_spark_job", lambda self, payload: submitted.append(payload) or SimpleNamespace(id=7))
+    monkeypatch.setattr(
+        AzureSynapseHook, "run_spark_job", lambda self, payload: submitted.append(payload) or SimpleNamespace(id=7)
+    )
     monkeypatch.setattr(AzureSynapseHook, "wait_for_job_run_status", lambda self, **_: True)
 
     train = parse(**SYNAPSE, **CHECKPOINTS).dags["ml_nightly_retrain"].get_task("train_model")
@@ -191,7 +205,9 @@ def test_synapse_request_carries_the_tracking_uri_and_no_secret(parse, monkeypat
 
     (options,) = submitted
     assert isinstance(options, models.SparkBatchJobOptions)
-    body = Serializer({k: v for k, v in vars(models).items() if isinstance(v, type)}).body(options, "SparkBatchJobOptions")
+    body = Serializer({k: v for k, v in vars(models).items() if isinstance(v, type)}).body(
+        options, "SparkBatchJobOptions"
+    )
     assert body["file"].endswith("spark_jobs/entrypoints/train.py")
     assert body["args"] == args and "--checkpoint-dir" in args
     assert body["pyFiles"][0].endswith("spark_jobs.zip")

@@ -31,8 +31,7 @@ def landing(blob_service):
 def drop(tmp_path: Path) -> dict[str, bytes]:
     """The day's drop: two MNIST-format CSV files, by name relative to the day's prefix."""
     return {
-        f"part-{seed}.csv": write_drop(tmp_path / f"seed{seed}", DS, rows=40, seed=seed).read_bytes()
-        for seed in (0, 1)
+        f"part-{seed}.csv": write_drop(tmp_path / f"seed{seed}", DS, rows=40, seed=seed).read_bytes() for seed in (0, 1)
     }
 
 

@@ -35,7 +35,9 @@ def test_artifact_round_trip_through_the_server(azure_stack, blob_service, monke
     assert container.download_blob(name).readall() == read_back.encode()
 
 
-def test_trained_model_is_stored_in_the_container_and_loads(first_training, azure_stack, blob_service, azurite, tmp_path, monkeypatch):
+def test_trained_model_is_stored_in_the_container_and_loads(
+    first_training, azure_stack, blob_service, azurite, tmp_path, monkeypatch
+):
     import mlflow
 
     manifest, _ = first_training

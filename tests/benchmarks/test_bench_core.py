@@ -81,5 +81,7 @@ def test_event_logs_with_unicode_line_separators_in_a_plan_are_read(tmp_path):
         {"Event": "SparkListenerJobStart", "Submission Time": 2_500},
         {"Event": "SparkListenerApplicationEnd", "Timestamp": 4_000},
     ]
-    (tmp_path / "local-1").write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+    (tmp_path / "local-1").write_text(
+        "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8"
+    )
     assert spark_applications(tmp_path) == [{"start": 1.0, "first_job": 2.5, "end": 4.0}]

@@ -31,9 +31,21 @@ def tiny_report(tmp_path_factory, report_figure):
     out = tmp_path_factory.mktemp("bench-results")
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--size", "tiny", "--out", str(out),
-         "--work-dir", str(tmp_path_factory.mktemp("bench-work"))],
-        cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--size",
+            "tiny",
+            "--out",
+            str(out),
+            "--work-dir",
+            str(tmp_path_factory.mktemp("bench-work")),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     report_figure(f"benchmarks --size tiny: {time.monotonic() - started:.0f} s")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
@@ -72,11 +84,14 @@ def test_the_comparisons_the_issue_asks_for_are_there(tiny_report):
     assert {"score_job", "ceiling", "per_batch_load", "closure"} <= set(runs["scoring"]["measurements"])
     assert any("closure UDF" in note for note in runs["scoring"]["notes"])
     assert {"horovod", "torch_distributor", "single_best", "horovod_startup", "torch_distributor_startup"} <= set(
-        runs["training"]["measurements"])
+        runs["training"]["measurements"]
+    )
     assert {"ingest_job", "pyarrow"} <= set(runs["ingest"]["measurements"])
     assert {"one_day", "bulk_3", "daily_3"} <= set(runs["backfill"]["measurements"])
     orchestration = runs["orchestration"]
-    assert {"parse_cold_slowest", "parse_cold_minimal", "submit_empty", "spark_step_overhead"} <= set(orchestration["measurements"])
+    assert {"parse_cold_slowest", "parse_cold_minimal", "submit_empty", "spark_step_overhead"} <= set(
+        orchestration["measurements"]
+    )
     (tasks,) = [rows for title, rows in orchestration["tables"].items() if "per task" in title]
     spark_tasks = [t for t in tasks if t["task_start_to_spark_app_start_s"] is not None]
     # ml_batch_scoring: ingest and score are spark-submit steps; the gate is not.

@@ -71,11 +71,20 @@ def test_on_demand_params_are_typed_and_bounded(dagbag):
 
 def test_nightly_chain_and_operators(dagbag):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     from ml_registry.operators import ModelRegistryGateOperator
 
     dag = dagbag.dags["ml_nightly_retrain"]
-    order = ["claim_curated", "ingest_raw_drop", "train_model", "register_model", "gate_model", "claim_predictions", "score_partition"]
-    for upstream, downstream in zip(order, order[1:]):
+    order = [
+        "claim_curated",
+        "ingest_raw_drop",
+        "train_model",
+        "register_model",
+        "gate_model",
+        "claim_predictions",
+        "score_partition",
+    ]
+    for upstream, downstream in zip(order, order[1:], strict=False):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     for task_id in ("ingest_raw_drop", "train_model", "register_model", "score_partition"):
         assert isinstance(dag.get_task(task_id), SparkSubmitOperator)
@@ -84,7 +93,12 @@ def test_nightly_chain_and_operators(dagbag):
     assert dag.timetable.expression == "0 2 * * *"
 
 
-WRITERS = {"ingest_raw_drop": "curated", "stage_raw_drop": "curated", "score_partition": "predictions", "score_range": "predictions"}
+WRITERS = {
+    "ingest_raw_drop": "curated",
+    "stage_raw_drop": "curated",
+    "score_partition": "predictions",
+    "score_range": "predictions",
+}
 
 
 def test_every_partition_writer_runs_between_its_lock_claim_and_release(dagbag):
@@ -107,5 +121,12 @@ def test_every_partition_writer_runs_between_its_lock_claim_and_release(dagbag):
 def test_dags_do_not_import_job_code_or_heavy_libraries():
     for dag_file in [*DAG_FILES, *(DAGS_DIR / "ml_platform").glob("*.py")]:
         source = dag_file.read_text()
-        for banned in ("import spark_jobs", "from spark_jobs", "import pyspark", "import mlflow", "import torch", "import pandas"):
+        for banned in (
+            "import spark_jobs",
+            "from spark_jobs",
+            "import pyspark",
+            "import mlflow",
+            "import torch",
+            "import pandas",
+        ):
             assert banned not in source, f"{dag_file.name} contains {banned!r}"

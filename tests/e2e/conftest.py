@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from local_stack import LocalStack, free_port
 from e2e_support import MODEL, postgres_database, run_nightly, service_missing
+from local_stack import LocalStack, free_port
 from package_jobs import package_jobs
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):

@@ -14,6 +14,7 @@ NIGHTLY_DATE = "2026-11-29"
 NIGHTLY_PARTITION = "2026-11-28"  # the run of the 29th processes the day before
 NIGHTLY_ROWS = 5000
 
+
 def run_nightly(stack) -> str:
     """One ``airflow dags test`` of the nightly DAG; returns its output (fails the test if it fails)."""
     if not (stack.storage_root / "raw" / "mnist" / f"ds={NIGHTLY_PARTITION}").exists():
@@ -21,6 +22,7 @@ def run_nightly(stack) -> str:
     completed = stack.dags_test("ml_nightly_retrain", NIGHTLY_DATE, check=False, capture_output=True)
     assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-5000:]
     return completed.stdout + completed.stderr
+
 
 def wait_for(predicate, timeout: float, interval: float = 5, what: str = "condition"):
     """Poll ``predicate`` until it returns a truthy value; that value is returned."""
@@ -53,7 +55,7 @@ def register_quick_champion(tracking_uri: str, rows: int = 2000, steps: int = 15
     torch.manual_seed(0)
     net = MnistNet()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.5)
-    for step in range(steps):
+    for _step in range(steps):
         idx = torch.randint(0, rows, (32,))
         optimizer.zero_grad()
         F.nll_loss(net(x[idx]), y[idx]).backward()

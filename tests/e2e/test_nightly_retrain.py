@@ -9,7 +9,9 @@ from __future__ import annotations
 import pyarrow.dataset as pads
 import pytest
 
-from e2e_support import MODEL, NIGHTLY_PARTITION as PARTITION, NIGHTLY_ROWS as ROWS, run_nightly
+from e2e_support import MODEL, run_nightly
+from e2e_support import NIGHTLY_PARTITION as PARTITION
+from e2e_support import NIGHTLY_ROWS as ROWS
 from local_stack import SocketWatch
 
 DAG_ID = "ml_nightly_retrain"

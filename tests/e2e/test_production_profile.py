@@ -48,15 +48,21 @@ def test_batch_scoring_backfill_succeeds_under_celery_and_postgres(celery_stack)
     stack.generate_drops([DAY], rows=ROWS, seed=5)
     wait_for(lambda: stack.api("GET", "/dags/ml_batch_scoring")[0] == 200, 180, 2, "DAG parsed")
     stack.airflow("dags", "unpause", "ml_batch_scoring", capture_output=True)
-    stack.airflow("backfill", "create", "--dag-id", "ml_batch_scoring", "--from-date", DAY, "--to-date", DAY,
-                  capture_output=True)
+    stack.airflow(
+        "backfill", "create", "--dag-id", "ml_batch_scoring", "--from-date", DAY, "--to-date", DAY, capture_output=True
+    )
     run = wait_for(
         lambda: next(
-            (r for r in stack.api("GET", "/dags/ml_batch_scoring/dagRuns?run_type=backfill")[1]["dag_runs"]
-             if r["state"] in ("success", "failed")),
+            (
+                r
+                for r in stack.api("GET", "/dags/ml_batch_scoring/dagRuns?run_type=backfill")[1]["dag_runs"]
+                if r["state"] in ("success", "failed")
+            ),
             None,
         ),
-        900, 5, "backfill run finished",
+        900,
+        5,
+        "backfill run finished",
     )
     assert run["state"] == "success", run
     _, tis = stack.api("GET", f"/dags/ml_batch_scoring/dagRuns/{run['dag_run_id']}/taskInstances")

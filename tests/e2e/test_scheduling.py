@@ -28,7 +28,7 @@ def services(airflow_services, champion):
     stack = airflow_services
     stack.generate_drops(DAYS, rows=ROWS, seed=3)
     for dag_id in (SCORING, "ml_train_on_demand", "ml_bulk_backfill_scoring"):
-        wait_for(lambda: stack.api("GET", f"/dags/{dag_id}")[0] == 200, 120, 2, f"{dag_id} parsed")
+        wait_for(lambda dag_id=dag_id: stack.api("GET", f"/dags/{dag_id}")[0] == 200, 120, 2, f"{dag_id} parsed")
         stack.airflow("dags", "unpause", dag_id, capture_output=True)
     return stack
 
@@ -38,10 +38,19 @@ def backfill(stack, first_ds: str, last_ds: str, *extra: str, timeout: float = 9
     backfill to complete and all its runs to succeed; returns the wall time."""
     started = time.monotonic()
     created = stack.airflow(
-        "backfill", "create", "--dag-id", SCORING,
-        "--from-date", first_ds, "--to-date", last_ds,
-        "--max-active-runs", "2", *extra,
-        check=False, capture_output=True,
+        "backfill",
+        "create",
+        "--dag-id",
+        SCORING,
+        "--from-date",
+        first_ds,
+        "--to-date",
+        last_ds,
+        "--max-active-runs",
+        "2",
+        *extra,
+        check=False,
+        capture_output=True,
     )
     assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
     _, listing = stack.api("GET", f"/backfills?dag_id={SCORING}&limit=100")
@@ -72,20 +81,31 @@ def backfills(services, champion):
     first = {ds: scored(services, ds) for ds in DAYS[:3]}
     # Reprocessed runs keep the conf of their earlier run unless one is given: say "current".
     daily_seconds = backfill(
-        services, DAYS[0], DAYS[6],
-        "--reprocess-behavior", "completed", "--dag-run-conf", json.dumps({"model_policy": "current"}),
+        services,
+        DAYS[0],
+        DAYS[6],
+        "--reprocess-behavior",
+        "completed",
+        "--dag-run-conf",
+        json.dumps({"model_policy": "current"}),
     )
     daily = {ds: scored(services, ds) for ds in DAYS}
     started = time.monotonic()
     status, run = services.api(
-        "POST", "/dags/ml_bulk_backfill_scoring/dagRuns",
+        "POST",
+        "/dags/ml_bulk_backfill_scoring/dagRuns",
         {"logical_date": None, "conf": {"start_ds": DAYS[0], "end_ds": DAYS[6]}},
     )
     assert status == 200, run
     final = wait_for(
-        lambda: (r := services.api("GET", f"/dags/ml_bulk_backfill_scoring/dagRuns/{run['dag_run_id']}")[1])["state"]
-        in ("success", "failed") and r,
-        900, 5, "bulk backfill run",
+        lambda: (
+            (r := services.api("GET", f"/dags/ml_bulk_backfill_scoring/dagRuns/{run['dag_run_id']}")[1])["state"]
+            in ("success", "failed")
+            and r
+        ),
+        900,
+        5,
+        "bulk backfill run",
     )
     assert final["state"] == "success", final
     bulk_seconds = time.monotonic() - started
@@ -95,7 +115,7 @@ def backfills(services, champion):
 
 def test_backfill_scores_one_partition_per_day_with_one_pinned_version(services, backfills, champion):
     assert sorted(backfills["first"]) == DAYS[:3]
-    for ds, table in backfills["first"].items():
+    for table in backfills["first"].values():
         assert table.num_rows == ROWS
         assert set(table.column("model_version").to_pylist()) == {champion.version}
     for ds in DAYS:
@@ -119,7 +139,9 @@ def test_bulk_backfill_matches_daily_runs_row_for_row(backfills, report_figure):
                 # Same model, same rows; only the batching differs (float32 kernels may round differently).
                 assert np.allclose(bulk.column(name).to_numpy(), daily.column(name).to_numpy(), atol=1e-5), (ds, name)
             else:
-                assert bulk.column(name).equals(daily.column(name)), f"ds={ds}: column {name} differs between bulk and daily"
+                assert bulk.column(name).equals(daily.column(name)), (
+                    f"ds={ds}: column {name} differs between bulk and daily"
+                )
     daily_seconds, bulk_seconds = backfills["daily_seconds"], backfills["bulk_seconds"]
     report_figure(
         f"backfill of 7 days x {ROWS} rows: daily runs {daily_seconds:.0f} s, bulk run {bulk_seconds:.0f} s, "
@@ -148,8 +170,13 @@ def test_as_of_policy_scores_each_day_with_the_champion_of_that_day(services, ba
     mlflow_client.set_registered_model_alias(MODEL, "champion", new.version)
     try:
         backfill(
-            services, DAYS[1], DAYS[2],
-            "--reprocess-behavior", "completed", "--dag-run-conf", json.dumps({"model_policy": "as_of"}),
+            services,
+            DAYS[1],
+            DAYS[2],
+            "--reprocess-behavior",
+            "completed",
+            "--dag-run-conf",
+            json.dumps({"model_policy": "as_of"}),
         )
         versions = {ds: set(scored(services, ds).column("model_version").to_pylist()) for ds in DAYS[1:3]}
         assert versions == {DAYS[1]: {old.version}, DAYS[2]: {new.version}}
@@ -185,9 +212,14 @@ def test_valid_training_conf_runs_with_those_parameters(services, mlflow_client)
     status, run = services.api("POST", "/dags/ml_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
     assert status == 200, run
     final = wait_for(
-        lambda: (r := services.api("GET", f"/dags/ml_train_on_demand/dagRuns/{run['dag_run_id']}")[1])["state"]
-        in ("success", "failed") and r,
-        900, 5, "on-demand training run",
+        lambda: (
+            (r := services.api("GET", f"/dags/ml_train_on_demand/dagRuns/{run['dag_run_id']}")[1])["state"]
+            in ("success", "failed")
+            and r
+        ),
+        900,
+        5,
+        "on-demand training run",
     )
     assert final["state"] == "success"
     (trained,) = mlflow_client.search_runs(
@@ -224,16 +256,21 @@ def test_two_runs_writing_one_partition_take_turns(services):
     run_ids = []
     for second in ("00", "01"):
         status, run = services.api(
-            "POST", f"/dags/{SCORING}/dagRuns",
+            "POST",
+            f"/dags/{SCORING}/dagRuns",
             {"logical_date": f"{ds}T00:00:{second}Z", **interval, "conf": {"model_policy": "current"}},
         )
         assert status == 200, run
         run_ids.append(run["dag_run_id"])
     runs = [
         wait_for(
-            lambda run_id=run_id: (r := services.api("GET", f"/dags/{SCORING}/dagRuns/{run_id}")[1])["state"]
-            in ("success", "failed") and r,
-            900, 5, f"run {run_id}",
+            lambda run_id=run_id: (
+                (r := services.api("GET", f"/dags/{SCORING}/dagRuns/{run_id}")[1])["state"] in ("success", "failed")
+                and r
+            ),
+            900,
+            5,
+            f"run {run_id}",
         )
         for run_id in run_ids
     ]
@@ -245,7 +282,9 @@ def test_two_runs_writing_one_partition_take_turns(services):
 
     for writer in WRITERS:
         (a_start, a_end), (b_start, b_end) = span(tis[0][writer]), span(tis[1][writer])
-        assert a_end <= b_start or b_end <= a_start, f"{writer} of both runs overlapped: {a_start}-{a_end}, {b_start}-{b_end}"
+        assert a_end <= b_start or b_end <= a_start, (
+            f"{writer} of both runs overlapped: {a_start}-{a_end}, {b_start}-{b_end}"
+        )
 
     # The runs did run at once: both asked for the day's ingest lock before either ingest ended,
     # and one of them had to wait for it (its claim was rescheduled), so the turns above come

@@ -17,7 +17,9 @@ from local_stack import LocalStack, free_port
 
 @pytest.fixture(scope="module")
 def cluster_stack(tmp_path_factory):
-    stack = LocalStack(state_dir=tmp_path_factory.mktemp("cluster-stack"), mlflow_port=free_port(), api_port=free_port())
+    stack = LocalStack(
+        state_dir=tmp_path_factory.mktemp("cluster-stack"), mlflow_port=free_port(), api_port=free_port()
+    )
     stack.migrate()
     stack.start_mlflow()
     try:

@@ -36,10 +36,14 @@ class FaultsStack:
 
     def ingest_args(self, ds: str, raw_path: Path | None = None, *extra: str) -> list[str]:
         return [
-            "--ds", ds,
-            "--raw-path", str(raw_path or self.raw_drop(ds)),
-            "--curated-root", str(self.dataset("curated")),
-            "--quarantine-root", str(self.dataset("quarantine")),
+            "--ds",
+            ds,
+            "--raw-path",
+            str(raw_path or self.raw_drop(ds)),
+            "--curated-root",
+            str(self.dataset("curated")),
+            "--quarantine-root",
+            str(self.dataset("quarantine")),
             *extra,
         ]
 
@@ -55,7 +59,9 @@ def faults_stack(tmp_path_factory: pytest.TempPathFactory):
         extra_env={"ML_JOBS_ARCHIVE": str(archive), "ML_EXPERIMENT_NAME": EXPERIMENT},
     )
     # Jobs started directly (not through the operator) get the URI the operator would give them.
-    jobs = JobRunner(env={**stack.env(), "MLFLOW_TRACKING_URI": stack.tracking_uri}, archive=archive, log_dir=state / "job-logs")
+    jobs = JobRunner(
+        env={**stack.env(), "MLFLOW_TRACKING_URI": stack.tracking_uri}, archive=archive, log_dir=state / "job-logs"
+    )
     try:
         yield FaultsStack(stack, jobs, archive)
     finally:
@@ -84,7 +90,11 @@ def ingest_spark():
     return build_spark_session(
         "faults",
         master="local[2]",
-        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.pyspark.python": sys.executable},
+        extra_conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.pyspark.python": sys.executable,
+        },
     )
 
 

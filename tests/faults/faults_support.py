@@ -123,7 +123,9 @@ def describe(procs: list[psutil.Process]) -> list[str]:
     lines = []
     for proc in procs:
         try:
-            lines.append(f"{proc.pid} (ppid {proc.ppid()}, sid {os.getsid(proc.pid)}): {' '.join(proc.cmdline())[:200]}")
+            lines.append(
+                f"{proc.pid} (ppid {proc.ppid()}, sid {os.getsid(proc.pid)}): {' '.join(proc.cmdline())[:200]}"
+            )
         except (psutil.NoSuchProcess, ProcessLookupError):
             continue
     return lines
@@ -155,11 +157,18 @@ def wait_for_process(marker: str, pattern: str, timeout: float = 300, job: Job |
     raise TimeoutError(f"no process matching {pattern!r} after {timeout:.0f} s")
 
 
-
 @contextmanager
 def mlflow_client_env(tracking_uri: str):
     """Point this process's MLflow at ``tracking_uri`` for a block, then restore."""
-    saved = {name: os.environ.get(name) for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")}
+    saved = {
+        name: os.environ.get(name)
+        for name in (
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_TRACKING_USERNAME",
+            "MLFLOW_TRACKING_PASSWORD",
+            "MLFLOW_TRACKING_TOKEN",
+        )
+    }
     for name in saved:
         os.environ.pop(name, None)
     os.environ["MLFLOW_TRACKING_URI"] = tracking_uri

@@ -63,21 +63,34 @@ BAD_ROWS = [
     ("pixel above 255", row(pixels=with_pixel(10, "256")), "pixel10 out of range 0..255: 256"),
     ("pixel negative", row(pixels=with_pixel(0, "-3")), "pixel0 out of range 0..255: -3"),
     ("pixel a decimal", row(pixels=with_pixel(1, "1.5")), "pixel1 is empty or not an integer: '1.5'"),
-    ("pixel overflows int", row(pixels=with_pixel(2, "99999999999")), "pixel2 is empty or not an integer: '99999999999'"),
+    (
+        "pixel overflows int",
+        row(pixels=with_pixel(2, "99999999999")),
+        "pixel2 is empty or not an integer: '99999999999'",
+    ),
     ("quoted fields", ",".join(f'"{v}"' for v in ["3", *ZEROS]), "label is empty or not an integer: '\"3\"'"),
     ("semicolon separated", row(sep=";"), "wrong field count: expected 785, got 1"),
     ("tab separated", row(sep="\t"), "wrong field count: expected 785, got 1"),
     ("every field empty", ",".join([""] * 785), "label is empty or not an integer: ''"),
-    ("NUL byte inside a row", "3\x00," + ",".join(ZEROS),
-     "control character U+0000 in the row: binary data or a non-UTF-8 encoding"),
-    ("Latin-1 byte, invalid UTF-8", row(pixels=with_pixel(4, "\xe9")).encode("latin-1"),
-     "invalid UTF-8 in the row: a non-UTF-8 encoding (Latin-1, Windows-1252, ...)"),
+    (
+        "NUL byte inside a row",
+        "3\x00," + ",".join(ZEROS),
+        "control character U+0000 in the row: binary data or a non-UTF-8 encoding",
+    ),
+    (
+        "Latin-1 byte, invalid UTF-8",
+        row(pixels=with_pixel(4, "\xe9")).encode("latin-1"),
+        "invalid UTF-8 in the row: a non-UTF-8 encoding (Latin-1, Windows-1252, ...)",
+    ),
     # Java's "$" matched before these, and the strict cast then failed the whole job.
     ("row ending in LINE SEPARATOR", row() + "\u2028", LINE_SEPARATOR.format(0x2028)),
     ("row ending in PARAGRAPH SEPARATOR", row() + "\u2029", LINE_SEPARATOR.format(0x2029)),
     ("row ending in NEXT LINE (NEL)", row() + "\u0085", LINE_SEPARATOR.format(0x85)),
-    ("header line in the middle of a file", HEADER,
-     "a header line (column names) inside the file: only a file's first line can be its header"),
+    (
+        "header line in the middle of a file",
+        HEADER,
+        "a header line (column names) inside the file: only a file's first line can be its header",
+    ),
 ]
 # Odd but valid: these rows must all be curated.
 GOOD_ROWS, GZIP_ROWS, BOM_ROWS = 60, 20, 10
@@ -85,7 +98,7 @@ GOOD_ROWS, GZIP_ROWS, BOM_ROWS = 60, 20, 10
 
 def csv_lines(ds: str, rows: int, seed: int) -> list[str]:
     labels, pixels = make_rows(ds, rows, seed=seed)
-    return [",".join(str(v) for v in (label, *px)) for label, px in zip(labels, pixels)]
+    return [",".join(str(v) for v in (label, *px)) for label, px in zip(labels, pixels, strict=False)]
 
 
 def write_story_drop(folder: Path) -> dict[str, int]:
@@ -198,7 +211,9 @@ def test_odd_but_valid_shapes_are_curated_and_rows_accounted_for(story):
     assert len(set(published["ids"])) == len(published["ids"])
     assert manifest["outcome"] == "published"
     assert (manifest["rows_in"], manifest["rows_curated"], manifest["rows_quarantined"]) == (
-        expected["good"] + expected["bad"], expected["good"], expected["bad"],
+        expected["good"] + expected["bad"],
+        expected["good"],
+        expected["bad"],
     )
     assert manifest["rows_in"] == manifest["rows_curated"] + manifest["rows_quarantined"]
     assert manifest["sample_reasons"] and set(manifest["sample_reasons"]) <= {r for _, _, r in BAD_ROWS}
@@ -230,7 +245,11 @@ def test_rerun_after_the_kill_publishes_exactly_the_new_rows(story):
     # A clean drop replaces the day's quarantine too: no stale rejects from the first drop.
     assert rerun["quarantine_rows"] == 0
     manifest = rerun["manifest"]
-    assert (manifest["rows_in"], manifest["rows_curated"], manifest["rows_quarantined"]) == (rerun["rows"], rerun["rows"], 0)
+    assert (manifest["rows_in"], manifest["rows_curated"], manifest["rows_quarantined"]) == (
+        rerun["rows"],
+        rerun["rows"],
+        0,
+    )
 
 
 # --- unreadable and empty drops, in-process -----------------------------------------------
@@ -332,22 +351,50 @@ BAD_FILES = [
     ("binary garbage", _binary, r"day\.csv (contains a NUL byte|is not UTF-8 text)", 0.05),
     ("Latin-1 text", _latin1, r"day\.csv is not UTF-8 text \(byte 0xe9 at offset 19", 0.05),
     ("Parquet file named .csv", _parquet, r"day\.csv (contains a NUL byte|is not UTF-8 text)", 0.05),
-    ("gzip cut inside its header", _gzip_cut_in_header, r"cannot read raw file \S+day\.csv\.gz: java\.io\.EOFException", 0.05),
-    ("plain text named .gz", _not_gzip, r"cannot read raw file \S+day\.csv\.gz: java\.io\.IOException: not a gzip file", 0.05),
+    (
+        "gzip cut inside its header",
+        _gzip_cut_in_header,
+        r"cannot read raw file \S+day\.csv\.gz: java\.io\.EOFException",
+        0.05,
+    ),
+    (
+        "plain text named .gz",
+        _not_gzip,
+        r"cannot read raw file \S+day\.csv\.gz: java\.io\.IOException: not a gzip file",
+        0.05,
+    ),
     ("empty file", _empty_file, r"holds no data rows", 0.05),
     ("header only", _header_only, r"holds no data rows", 0.05),
     ("folder without files", _no_files, r"holds no data rows", 0.05),
     ("one good file, one UTF-16 file", _good_and_utf16, r"b\.csv is UTF-16", 0.05),
     ("too many bad rows", _mostly_bad, r"3 of 4 rows rejected \(75\.0% > max_bad_ratio 5\.0%\).*Examples", 0.05),
     ("no valid row at all", _nothing_valid, r"no valid rows", 1.0),
-    ("header pixel1..pixel784,class", _header([*[f"pixel{i}" for i in range(1, 785)], "class"]),
-     r"day\.csv has the header pixel1,pixel2,pixel3,\.\.\.,class \(785 columns\): column 1 is 'pixel1', expected 'label'", 0.05),
-    ("header with label last", _header([*PIXEL_COLS, "label"]),
-     r"day\.csv has the header .*: the expected columns in another order \(column 1 is 'pixel0', expected 'label'\)", 0.05),
-    ("header with pixels in another order", _header(["label", *reversed(PIXEL_COLS)]),
-     r"day\.csv has the header .*: the expected columns in another order \(column 2 is 'pixel783', expected 'pixel0'\)", 0.05),
-    ("header of other names", _header(["y", *[f"x{i}" for i in range(784)]]),
-     r"day\.csv has the header y,x0,x1,\.\.\.,x783 \(785 columns\): column 1 is 'y', expected 'label'", 0.05),
+    (
+        "header pixel1..pixel784,class",
+        _header([*[f"pixel{i}" for i in range(1, 785)], "class"]),
+        r"day\.csv has the header pixel1,pixel2,pixel3,\.\.\.,class \(785 columns\): "
+        r"column 1 is 'pixel1', expected 'label'",
+        0.05,
+    ),
+    (
+        "header with label last",
+        _header([*PIXEL_COLS, "label"]),
+        r"day\.csv has the header .*: the expected columns in another order \(column 1 is 'pixel0', expected 'label'\)",
+        0.05,
+    ),
+    (
+        "header with pixels in another order",
+        _header(["label", *reversed(PIXEL_COLS)]),
+        r"day\.csv has the header .*: the expected columns in another order "
+        r"\(column 2 is 'pixel783', expected 'pixel0'\)",
+        0.05,
+    ),
+    (
+        "header of other names",
+        _header(["y", *[f"x{i}" for i in range(784)]]),
+        r"day\.csv has the header y,x0,x1,\.\.\.,x783 \(785 columns\): column 1 is 'y', expected 'label'",
+        0.05,
+    ),
 ]
 
 

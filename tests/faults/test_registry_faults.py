@@ -46,14 +46,28 @@ def registry(faults_stack, base_partition, mlflow_client):
 def register_args(registry, name: str, logical_time: str) -> list[str]:
     run_dir = registry["runs"][name]["dir"]
     return [
-        "--train-manifest", str(run_dir / "train.json"),
-        "--output-manifest", str(run_dir / "register.json"),
-        "--curated-root", registry["curated_root"],
-        "--start-ds", BASE_DS, "--end-ds", BASE_DS,
-        "--model-name", registry["model"],
-        "--min-accuracy", "0", "--champion-tolerance", "1",
-        "--git-revision", "faults", "--airflow-run-id", f"faults__{name}",
-        "--logical-time", logical_time,
+        "--train-manifest",
+        str(run_dir / "train.json"),
+        "--output-manifest",
+        str(run_dir / "register.json"),
+        "--curated-root",
+        registry["curated_root"],
+        "--start-ds",
+        BASE_DS,
+        "--end-ds",
+        BASE_DS,
+        "--model-name",
+        registry["model"],
+        "--min-accuracy",
+        "0",
+        "--champion-tolerance",
+        "1",
+        "--git-revision",
+        "faults",
+        "--airflow-run-id",
+        f"faults__{name}",
+        "--logical-time",
+        logical_time,
     ]
 
 
@@ -152,7 +166,7 @@ def test_champion_alias_and_history_stay_consistent(concurrent, registry):
     assert {e.version for e in history} == {a, b, c}
     assert aliases["champion"] == history[-1].version
     assert aliases["champion"] in (b, c)
-    assert all(x.version != y.version for x, y in zip(history, history[1:]))
+    assert all(x.version != y.version for x, y in zip(history, history[1:], strict=False))
     assert all(e.state == "done" for e in history)
     assert [e.moved_at for e in history] == sorted(e.moved_at for e in history)
     assert [e.effective for e in history] == sorted(e.effective for e in history)

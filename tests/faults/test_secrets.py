@@ -103,8 +103,12 @@ def secret_run(faults_stack, mlflow_client):
 
     marker = new_marker()
     connection = {
-        "conn_type": "http", "host": "127.0.0.1", "port": stack.mlflow_port, "schema": "http",
-        "login": "faults-user", "password": secret,
+        "conn_type": "http",
+        "host": "127.0.0.1",
+        "port": stack.mlflow_port,
+        "schema": "http",
+        "login": "faults-user",
+        "password": secret,
     }
     env = {
         **stack.env(),
@@ -115,7 +119,10 @@ def secret_run(faults_stack, mlflow_client):
     with CommandLineWatch(marker, secret) as watch:
         completed = subprocess.run(
             [str(VENV_BIN / "airflow"), "dags", "test", "ml_batch_scoring", LOGICAL_DATE],
-            env=env, capture_output=True, text=True, timeout=1200,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
         )
     scored = faults_stack.dataset("predictions") / f"ds={PARTITION}"
     return {
@@ -165,7 +172,9 @@ def test_credentials_are_refused_where_env_vars_become_command_line_conf(monkeyp
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn"}))
     monkeypatch.setenv(
         "AIRFLOW_CONN_MLFLOW_REMOTE",
-        json.dumps({"conn_type": "http", "host": "mlflow.example.com", "schema": "https", "login": "svc", "password": secret}),
+        json.dumps(
+            {"conn_type": "http", "host": "mlflow.example.com", "schema": "https", "login": "svc", "password": secret}
+        ),
     )
 
     def operator(**kwargs) -> MlflowSparkSubmitOperator:

@@ -24,7 +24,16 @@ import uuid
 import psutil
 import pytest
 
-from faults_support import EXPERIMENT, MARKER_VAR, describe, marked_processes, new_marker, spark_conf, wait_for_no_orphans, wait_for_process
+from faults_support import (
+    EXPERIMENT,
+    MARKER_VAR,
+    describe,
+    marked_processes,
+    new_marker,
+    spark_conf,
+    wait_for_no_orphans,
+    wait_for_process,
+)
 from local_stack import REPO, VENV_BIN
 
 # Airflow's supervisor sends SIGKILL to a task this long after SIGTERM.
@@ -53,12 +62,29 @@ def train_operator(faults_stack, ds: str, scenario: str, attempt: int, marker: s
         conf=spark_conf(),
         name="faults-train",
         application_args=[
-            "--curated-root", str(curated), "--start-ds", ds, "--end-ds", ds,
-            "--work-dir", str(run_dir / "train"), "--output-manifest", str(run_dir / "train.json"),
-            "--experiment-name", EXPERIMENT, "--epochs", "1", "--num-ranks", "2",
-            "--tag", f"fault_scenario={scenario}", "--tag", f"attempt={attempt}",
+            "--curated-root",
+            str(curated),
+            "--start-ds",
+            ds,
+            "--end-ds",
+            ds,
+            "--work-dir",
+            str(run_dir / "train"),
+            "--output-manifest",
+            str(run_dir / "train.json"),
+            "--experiment-name",
+            EXPERIMENT,
+            "--epochs",
+            "1",
+            "--num-ranks",
+            "2",
+            "--tag",
+            f"fault_scenario={scenario}",
+            "--tag",
+            f"attempt={attempt}",
             # What the DAG tags every try of one task run with.
-            "--tag", f"airflow_run_id=faults__{scenario}",
+            "--tag",
+            f"airflow_run_id=faults__{scenario}",
         ],
         env_vars={MARKER_VAR: marker, **(env or {})},
     )

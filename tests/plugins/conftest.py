@@ -24,7 +24,6 @@ import pytest
 from local_stack import VENV_BIN, LocalStack, _stop_group, _wait_until_ready, free_port
 from registry_stores import STORES, postgres_database
 
-
 MLFLOW_ENV_VARS = (
     "MLFLOW_TRACKING_URI",
     "MLFLOW_REGISTRY_URI",
@@ -69,12 +68,23 @@ def mlflow_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     with postgres_database("gate") as store_uri, open(state_dir / "server.log", "ab") as log:
         server = subprocess.Popen(
             [
-                str(VENV_BIN / "mlflow"), "server",
-                "--backend-store-uri", store_uri,
-                "--artifacts-destination", str(state_dir / "artifacts"),
-                "--host", "127.0.0.1", "--port", str(stack.mlflow_port), "--workers", "1",
+                str(VENV_BIN / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                store_uri,
+                "--artifacts-destination",
+                str(state_dir / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(stack.mlflow_port),
+                "--workers",
+                "1",
             ],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=stack.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=stack.env(),
         )
 
         def healthy() -> bool:
@@ -170,7 +180,9 @@ def make_model(client, logged_models: list[LoggedModel]) -> Callable[..., str]:
     Returns the registered model name; versions are numbered 1, 2, ... like the answers.
     """
 
-    def make(answers: tuple[int, ...] = (0, 1), *, champion: int | None = None, tags: dict[str, str] | None = None) -> str:
+    def make(
+        answers: tuple[int, ...] = (0, 1), *, champion: int | None = None, tags: dict[str, str] | None = None
+    ) -> str:
         name = f"gate-{uuid.uuid4().hex[:10]}"
         client.create_registered_model(name)
         for answer in answers:

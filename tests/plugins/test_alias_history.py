@@ -10,7 +10,7 @@ import pytest
 
 from ml_registry.alias_history import Promotion, history_tag, read_history, version_as_of
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 NOV_1 = dt.datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 NOV_15 = dt.datetime(2026, 11, 15, 2, 0, tzinfo=UTC)
 
@@ -35,7 +35,10 @@ def test_tag_prefix_is_per_alias():
 def test_legacy_list_then_one_tag_per_promotion_in_sequence_order():
     tags = {
         "champion_history": json.dumps(
-            [{"version": "2", "since": "2026-10-15T02:00:00+00:00"}, {"version": "1", "since": "2026-10-01T03:00:00+01:00"}]
+            [
+                {"version": "2", "since": "2026-10-15T02:00:00+00:00"},
+                {"version": "1", "since": "2026-10-01T03:00:00+01:00"},
+            ]
         ),
         "champion_history.00000002": entry("4", NOV_15),
         "champion_history.00000001": entry("3", NOV_1),
@@ -62,7 +65,9 @@ def test_legacy_list_then_one_tag_per_promotion_in_sequence_order():
 )
 def test_version_as_of_is_the_last_entry_effective_by_then(when, expected):
     history = read_history(
-        {"champion_history.00000001": entry("1", NOV_1), "champion_history.00000002": entry("2", NOV_15)}, "champion", "2"
+        {"champion_history.00000001": entry("1", NOV_1), "champion_history.00000002": entry("2", NOV_15)},
+        "champion",
+        "2",
     )
     assert version_as_of(history, when) == expected
 

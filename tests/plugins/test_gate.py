@@ -26,7 +26,7 @@ from ml_registry.hooks import MlflowRegistryHook, MlflowServerUnavailableError
 from ml_registry.links import MlflowModelVersionLink
 from ml_registry.operators import ModelRegistryGateOperator
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -94,7 +94,10 @@ def test_explicit_version_ignores_the_alias(mlflow_conn, make_model, version):
     pinned = run_gate(model_name=name, version=version)
 
     assert (pinned["version"], pinned["uri"], pinned["alias"], pinned["selected_by"]) == (
-        "1", f"models:/{name}/1", None, "version",
+        "1",
+        f"models:/{name}/1",
+        None,
+        "version",
     )
 
 
@@ -134,7 +137,9 @@ def test_missing_alias_fails_and_lists_the_aliases(mlflow_conn, client, make_mod
 
 def test_missing_version_fails(mlflow_conn, make_model):
     name = make_model((0,))
-    with pytest.raises(AirflowFailException, match=rf"model '{name}' version 7 is not eligible: version does not exist"):
+    with pytest.raises(
+        AirflowFailException, match=rf"model '{name}' version 7 is not eligible: version does not exist"
+    ):
         run_gate(model_name=name, version=7)
 
 
@@ -144,7 +149,9 @@ def test_missing_version_fails(mlflow_conn, make_model):
 def test_pending_version_fails_without_waiting(mlflow_conn, mlflow_server, make_model):
     name = make_model((0,), champion=1)
     set_status(mlflow_server.db_path, name, "1", "PENDING_REGISTRATION")
-    with pytest.raises(AirflowFailException, match=r"version 1 is not eligible: status is PENDING_REGISTRATION, only READY"):
+    with pytest.raises(
+        AirflowFailException, match=r"version 1 is not eligible: status is PENDING_REGISTRATION, only READY"
+    ):
         run_gate(model_name=name)
 
 
@@ -185,14 +192,18 @@ def test_failed_registration_fails_at_once_even_when_waiting(mlflow_conn, mlflow
 
 def test_min_version(mlflow_conn, make_model):
     name = make_model((0, 1), champion=1)
-    with pytest.raises(AirflowFailException, match=rf"model '{name}' version 1 is not eligible: min_version: .* below 2"):
+    with pytest.raises(
+        AirflowFailException, match=rf"model '{name}' version 1 is not eligible: min_version: .* below 2"
+    ):
         run_gate(model_name=name, min_version=2)
     assert run_gate(model_name=name, min_version=1)["version"] == "1"
 
 
 def test_required_tag_missing(mlflow_conn, make_model):
     name = make_model((0,), champion=1)
-    with pytest.raises(AirflowFailException, match=r"version 1 is not eligible: required_tags: tag 'validation_status' is miss"):
+    with pytest.raises(
+        AirflowFailException, match=r"version 1 is not eligible: required_tags: tag 'validation_status' is miss"
+    ):
         run_gate(model_name=name, required_tags={"validation_status": "passed"})
 
 
@@ -210,7 +221,9 @@ def test_max_age_is_measured_at_the_logical_date(mlflow_conn, make_model):
     now = dt.datetime.now(UTC)
 
     assert run_gate(now, model_name=name, max_age=dt.timedelta(days=1))["version"] == "1"
-    with pytest.raises(AirflowFailException, match=rf"version 1 is not eligible: max_age: registered .* more than 1 day"):
+    with pytest.raises(
+        AirflowFailException, match=r"version 1 is not eligible: max_age: registered .* more than 1 day"
+    ):
         run_gate(now + dt.timedelta(days=2), model_name=name, max_age=dt.timedelta(days=1))
 
 
@@ -231,8 +244,14 @@ def test_signature_satisfied_by_expected_schema(mlflow_conn, make_model):
     ("schema", "match"),
     [
         ({"pixel0": "integer"}, r"input column 'pixel1' \(integer\) is missing from expected_schema"),
-        ({"pixel0": "integer", "pixel1": "long"}, r"column 'pixel1' is long in expected_schema, the model needs integer"),
-        ({"pixel0": "double", "pixel1": "integer"}, r"column 'pixel0' is double in expected_schema, the model needs integer"),
+        (
+            {"pixel0": "integer", "pixel1": "long"},
+            r"column 'pixel1' is long in expected_schema, the model needs integer",
+        ),
+        (
+            {"pixel0": "double", "pixel1": "integer"},
+            r"column 'pixel0' is double in expected_schema, the model needs integer",
+        ),
     ],
 )
 def test_signature_mismatch_with_expected_schema(mlflow_conn, make_model, schema, match):
@@ -259,7 +278,10 @@ def test_signature_satisfied_by_a_parquet_partition(mlflow_conn, make_model, tmp
     ("columns", "match"),
     [
         ({"pixel0": pa.int32()}, r"input column 'pixel1' \(integer\) is missing from dataset"),
-        ({"pixel0": pa.int32(), "pixel1": pa.int64()}, r"column 'pixel1' is long in dataset .*, the model needs integer"),
+        (
+            {"pixel0": pa.int32(), "pixel1": pa.int64()},
+            r"column 'pixel1' is long in dataset .*, the model needs integer",
+        ),
     ],
 )
 def test_signature_mismatch_with_a_parquet_partition(mlflow_conn, make_model, tmp_path, columns, match):
@@ -293,7 +315,10 @@ def promoted_twice(client, make_model) -> str:
     """v1 champion from the nightly of Nov 1, v2 from the nightly of Nov 15 (logical time
     02:00, alias moved at 02:30)."""
     name = make_model((0, 1))
-    for version, night in (("1", dt.datetime(2026, 11, 1, 2, tzinfo=UTC)), ("2", dt.datetime(2026, 11, 15, 2, tzinfo=UTC))):
+    for version, night in (
+        ("1", dt.datetime(2026, 11, 1, 2, tzinfo=UTC)),
+        ("2", dt.datetime(2026, 11, 15, 2, tzinfo=UTC)),
+    ):
         promote(client, name, version, night, night.replace(minute=30))
     return name
 
@@ -302,7 +327,9 @@ def promoted_twice(client, make_model) -> str:
 def test_as_of_picks_the_champion_of_that_date(mlflow_conn, promoted_twice):
     pinned = run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-11-10")
     assert (pinned["version"], pinned["alias"], pinned["selected_by"]) == (
-        "1", "champion", "as_of:champion@2026-11-10T00:00:00+00:00",
+        "1",
+        "champion",
+        "as_of:champion@2026-11-10T00:00:00+00:00",
     )
     assert run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-11-15T02:00:00Z")["version"] == "2"
     assert run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-11-15T01:59:59Z")["version"] == "1"
@@ -318,14 +345,18 @@ def test_as_of_defaults_to_the_logical_date(mlflow_conn, promoted_twice):
 
 @pytest.mark.both_stores
 def test_as_of_refuses_a_date_before_any_champion(mlflow_conn, promoted_twice):
-    refusal = r"no version held alias 'champion' at 2026-10-01T00:00:00\+00:00: the first recorded promotion \(version 1\)"
+    refusal = (
+        r"no version held alias 'champion' at 2026-10-01T00:00:00\+00:00: the first recorded promotion \(version 1\)"
+    )
     with pytest.raises(AirflowFailException, match=refusal):
         run_gate(model_name=promoted_twice, policy="as_of", as_of="2026-10-01")
 
 
 def test_as_of_without_history_fails(mlflow_conn, make_model):
     name = make_model((0,), champion=1)
-    with pytest.raises(AirflowFailException, match="no promotion history recorded in registered-model tags 'champion_hist"):
+    with pytest.raises(
+        AirflowFailException, match="no promotion history recorded in registered-model tags 'champion_hist"
+    ):
         run_gate(model_name=name, policy="as_of", as_of="2026-11-20")
 
 
@@ -344,7 +375,9 @@ def test_as_of_checks_the_version_it_picked(mlflow_conn, promoted_twice):
 
 
 @pytest.mark.both_stores
-def test_batch_scoring_rescores_a_day_with_the_version_the_nightly_scored_it_with(mlflow_conn, client, make_model, parse_dags):
+def test_batch_scoring_rescores_a_day_with_the_version_the_nightly_scored_it_with(
+    mlflow_conn, client, make_model, parse_dags
+):
     """Day 2026-11-28 was first scored by the nightly with logical time 11-29 02:00, which
     promoted v2 at 02:05 and scored at 02:10. A backfill of that day (its run's logical
     date is 11-28 00:00, when v1 was champion) must pick v2."""
@@ -356,7 +389,9 @@ def test_batch_scoring_rescores_a_day_with_the_version_the_nightly_scored_it_wit
     dag = parse_dags().dags["ml_batch_scoring"]
     gate = dag.get_task("gate_model")
     day = dt.datetime(2026, 11, 28, tzinfo=UTC)
-    dag_run = SimpleNamespace(data_interval_start=day, data_interval_end=day + dt.timedelta(days=1), logical_date=day, run_after=day)
+    dag_run = SimpleNamespace(
+        data_interval_start=day, data_interval_end=day + dt.timedelta(days=1), logical_date=day, run_after=day
+    )
     as_of = dag.get_template_env().from_string(gate.as_of).render(macros=macros, dag_run=dag_run)
 
     pinned = run_gate(day, model_name=name, policy="as_of", as_of=as_of)
@@ -431,7 +466,10 @@ def test_hook_tracking_uri(monkeypatch, conn, uri):
 
 @pytest.mark.parametrize(
     ("conn_uri", "uri"),
-    [("http://127.0.0.1:5000", "http://127.0.0.1:5000"), ("https://mlflow.example.com:8443", "https://mlflow.example.com:8443")],
+    [
+        ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+        ("https://mlflow.example.com:8443", "https://mlflow.example.com:8443"),
+    ],
 )
 def test_hook_tracking_uri_from_a_uri_form_connection(monkeypatch, conn_uri, uri):
     monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_URI_TEST", conn_uri)

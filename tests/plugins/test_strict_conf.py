@@ -21,7 +21,9 @@ def test_unknown_keys_are_those_not_declared():
 
 @pytest.fixture()
 def client(monkeypatch):
-    monkeypatch.setattr(strict_conf, "declared_params", lambda dag_id: {"epochs", "promote"} if dag_id == "train" else set())
+    monkeypatch.setattr(
+        strict_conf, "declared_params", lambda dag_id: {"epochs", "promote"} if dag_id == "train" else set()
+    )
 
     async def trigger(request):
         return JSONResponse({"received": (await request.json()).get("conf")})
@@ -70,7 +72,9 @@ def airflow_like_app(root_path: str) -> TestClient:
 
 @pytest.fixture()
 def declared(monkeypatch):
-    monkeypatch.setattr(strict_conf, "declared_params", lambda dag_id: {"epochs", "promote"} if dag_id == "train" else set())
+    monkeypatch.setattr(
+        strict_conf, "declared_params", lambda dag_id: {"epochs", "promote"} if dag_id == "train" else set()
+    )
 
 
 @pytest.mark.parametrize("root_path", ["", "/airflow", "/team-a/airflow"])

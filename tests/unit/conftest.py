@@ -5,6 +5,7 @@ import os
 import sys
 
 import pytest
+
 from registry_stores import STORES, registry_store
 
 

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-from pyspark.sql import functions as F
 
 from spark_jobs.ingest import (
     REASON_COL,
@@ -29,7 +28,7 @@ def line(label="3", pixels=None) -> str:
 
 
 def reasons(spark, lines: list[str]) -> list[str | None]:
-    df = spark.createDataFrame([(l, "f.csv") for l in lines], "raw_record string, source_file string")
+    df = spark.createDataFrame([(line, "f.csv") for line in lines], "raw_record string, source_file string")
     checked = with_rejection_reason(with_parsed_values(filter_data_lines(df)))
     return [r[REASON_COL] for r in checked.collect()]
 
@@ -57,7 +56,10 @@ def test_valid_row_has_no_reason(spark):
         (line() + "\u2028", "line separator U+2028 in the row: a line break no CSV reader agrees on"),
         (line() + "\u2029", "line separator U+2029 in the row: a line break no CSV reader agrees on"),
         (line() + "\u0085", "line separator U+0085 in the row: a line break no CSV reader agrees on"),
-        (line(pixels=["7\u2028"] + ["0"] * 783), "line separator U+2028 in the row: a line break no CSV reader agrees on"),
+        (
+            line(pixels=["7\u2028"] + ["0"] * 783),
+            "line separator U+2028 in the row: a line break no CSV reader agrees on",
+        ),
         (HEADER, STRAY_HEADER),
         (",".join([*PIXEL_COLS, "class"]), STRAY_HEADER),
         (" Label , pixel0", STRAY_HEADER),
@@ -68,7 +70,7 @@ def test_bad_rows_name_the_rule_and_column(spark, raw, expected):
 
 
 def checked_rows(spark, lines: list[str], fast_path: bool) -> list[tuple]:
-    df = spark.createDataFrame([(l, "f.csv") for l in lines], "raw_record string, source_file string")
+    df = spark.createDataFrame([(line, "f.csv") for line in lines], "raw_record string, source_file string")
     checked = with_rejection_reason(with_parsed_values(filter_data_lines(df), fast_path=fast_path))
     return [(r["raw_record"], r["_fast"], r["_values"], r[REASON_COL]) for r in checked.collect()]
 
@@ -159,8 +161,7 @@ def test_other_partitions_are_untouched(spark, tmp_path):
     run_ingest(spark, tmp_path, write_csv(tmp_path / "b" / "x.csv", [line("2"), line("3")]), ds="2026-11-28")
     run_ingest(spark, tmp_path, write_csv(tmp_path / "b" / "x.csv", [line("4")]), ds="2026-11-28")
     counts = {
-        r["ds"]: r["count"]
-        for r in spark.read.parquet(str(tmp_path / "curated")).groupBy("ds").count().collect()
+        r["ds"]: r["count"] for r in spark.read.parquet(str(tmp_path / "curated")).groupBy("ds").count().collect()
     }
     assert counts == {"2026-11-27": 1, "2026-11-28": 1}
 
@@ -235,15 +236,21 @@ def test_the_header_is_found_in_a_file_split_across_partitions(spark, tmp_path):
     [
         ([*[f"pixel{i}" for i in range(1, 785)], "class"], "column 1 is 'pixel1', expected 'label'"),
         ([*PIXEL_COLS, "label"], r"the expected columns in another order \(column 1 is 'pixel0', expected 'label'\)"),
-        (["label", "pixel1", "pixel0", *PIXEL_COLS[2:]], r"the expected columns in another order \(column 2 is 'pixel1', expected 'pixel0'\)"),
+        (
+            ["label", "pixel1", "pixel0", *PIXEL_COLS[2:]],
+            r"the expected columns in another order \(column 2 is 'pixel1', expected 'pixel0'\)",
+        ),
         (["label", "pixel0", "pixel1"], "3 columns, expected 785"),
     ],
     ids=["pixel1..pixel784,class", "label last", "two pixels swapped", "too few columns"],
 )
 def test_a_header_that_breaks_the_contract_fails_the_drop_naming_the_file(spark, tmp_path, header, detail):
     raw = write_csv(tmp_path / "raw" / "day.csv", [",".join(header), line("1"), line("2")])
-    with pytest.raises(IngestError, match=rf"raw file \S+/day\.csv has the header .*: {detail}\. "
-                       r"Expected no header or label,pixel0,pixel1,\.\.\.,pixel783 \(785 columns\) in that order"):
+    with pytest.raises(
+        IngestError,
+        match=rf"raw file \S+/day\.csv has the header .*: {detail}\. "
+        r"Expected no header or label,pixel0,pixel1,\.\.\.,pixel783 \(785 columns\) in that order",
+    ):
         run_ingest(spark, tmp_path, raw)
     assert not (tmp_path / "curated").exists() and not (tmp_path / "quarantine").exists()
 

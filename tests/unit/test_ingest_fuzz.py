@@ -29,8 +29,33 @@ BOM = "\ufeff"
 # Characters that end or break a line somewhere (Java's regex, Unicode, Windows, old Macs),
 # invisible ones, and ones Spark's integer cast treats specially.
 ODD_CHARS = [
-    "\u2028", "\u2029", "\u0085", "\r", "\n", "\r\n", BOM, "\x00", "\x0b", "\x0c", "\x1c", "\x7f",
-    "\t", " ", "\u00a0", "\u3000", "\u200b", "\uff10", "\u0663", "+", "-", ".", ",", ",,", '"', "e", "L",
+    "\u2028",
+    "\u2029",
+    "\u0085",
+    "\r",
+    "\n",
+    "\r\n",
+    BOM,
+    "\x00",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x7f",
+    "\t",
+    " ",
+    "\u00a0",
+    "\u3000",
+    "\u200b",
+    "\uff10",
+    "\u0663",
+    "+",
+    "-",
+    ".",
+    ",",
+    ",,",
+    '"',
+    "e",
+    "L",
 ]
 
 valid_row = st.tuples(
@@ -46,7 +71,7 @@ def corrupted_row(draw) -> str:
     odd = draw(st.sampled_from(ODD_CHARS) | st.characters(codec="utf-8"))
     at = draw(st.sampled_from([0, len(row)]) | st.integers(0, len(row)))
     replace = draw(st.booleans()) and at < len(row)
-    return row[:at] + odd + row[at + int(replace):]
+    return row[:at] + odd + row[at + int(replace) :]
 
 
 digits_and_commas = st.text(alphabet="0123456789,", max_size=40)
@@ -80,7 +105,9 @@ def is_blank(raw: bytes) -> bool:
 VALID = ",".join(["7", *["0"] * 783, "255"])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(lines=st.lists(line, min_size=1, max_size=8))
 # Lines that once failed the job or vanished: a row ending in a Unicode line terminator
 # (Java's "$" matched before it, then the strict cast failed), a stray header line.
@@ -98,9 +125,11 @@ def test_every_line_is_curated_or_quarantined_with_a_reason(spark, lines):
     # Each row decided with the fast path and without it, in one job.
     slow_df = with_rejection_reason(with_parsed_values(rows_df, fast_path=False))
     columns = [RAW_RECORD_COL, "_values", REASON_COL]
-    both = checked_df.select(*columns, F.lit(True).alias("fast")).unionByName(
-        slow_df.select(*columns, F.lit(False).alias("fast"))
-    ).collect()
+    both = (
+        checked_df.select(*columns, F.lit(True).alias("fast"))
+        .unionByName(slow_df.select(*columns, F.lit(False).alias("fast")))
+        .collect()
+    )
     decided = [(r[RAW_RECORD_COL], r["_values"], r[REASON_COL]) for r in both if r["fast"]]
     quarantined = select_quarantine(checked_df, DS).collect()
     counts = count_rows(checked_df, "fuzz")  # the job's own accounting, as in its manifest

@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from pyspark.sql import types as T
 
 from spark_jobs.inference import pin_model
 from spark_jobs.model import MnistNet, scripted_classifier
 from spark_jobs.sample_data import make_rows
-from pyspark.sql import types as T
-
 from spark_jobs.schema import CURATED_SCHEMA, PIXEL_COLS, PROB_COLS
 
 
@@ -68,7 +67,9 @@ def test_score_partition_names_model_version_on_every_row(spark, registered_mode
     from spark_jobs.score import PREDICTION_COLS, score_partition
 
     labels, pixels = make_rows("2026-11-28", 20)
-    rows = [(i, int(l), *map(int, p), "2026-11-28") for i, (l, p) in enumerate(zip(labels, pixels))]
+    rows = [
+        (i, int(label), *map(int, p), "2026-11-28") for i, (label, p) in enumerate(zip(labels, pixels, strict=True))
+    ]
     schema = T.StructType([*CURATED_SCHEMA.fields, T.StructField("ds", T.StringType())])
     curated = spark.createDataFrame(rows, schema)
     scored = score_partition(curated, pin_model(registered_model)).collect()
@@ -89,7 +90,10 @@ def test_bulk_scoring_replaces_each_partition_and_reports_missing_days(spark, re
     rows = []
     for ds, n in (("2026-11-01", 3), ("2026-11-03", 4)):
         labels, pixels = make_rows(ds, n)
-        rows += [(hash((ds, i)), int(l), *map(int, p), ds) for i, (l, p) in enumerate(zip(labels, pixels))]
+        rows += [
+            (hash((ds, i)), int(label), *map(int, p), ds)
+            for i, (label, p) in enumerate(zip(labels, pixels, strict=True))
+        ]
     curated_root, scored_root = str(tmp_path / "curated"), str(tmp_path / "scored")
     replace_partitions(spark.createDataFrame(rows, schema), curated_root)
     model = pin_model(registered_model)

@@ -90,5 +90,10 @@ def test_run_time_is_the_logical_date_else_run_after():
 def test_storage_uri_keeps_templates_renderable():
     from ml_platform.config import PlatformConfig
 
-    assert PlatformConfig.storage_uri("/data/_runs/{{ dag.dag_id }}/x.json") == "file:///data/_runs/{{ dag.dag_id }}/x.json"
-    assert PlatformConfig.storage_uri("abfss://c@acct.dfs.core.windows.net/x") == "abfss://c@acct.dfs.core.windows.net/x"
+    assert (
+        PlatformConfig.storage_uri("/data/_runs/{{ dag.dag_id }}/x.json")
+        == "file:///data/_runs/{{ dag.dag_id }}/x.json"
+    )
+    assert (
+        PlatformConfig.storage_uri("abfss://c@acct.dfs.core.windows.net/x") == "abfss://c@acct.dfs.core.windows.net/x"
+    )

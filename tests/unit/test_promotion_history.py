@@ -11,10 +11,11 @@ import time
 import uuid
 from dataclasses import replace
 
-from ml_registry.alias_history import read_history as gate_history, version_as_of
+from ml_registry.alias_history import read_history as gate_history
+from ml_registry.alias_history import version_as_of
 from spark_jobs.promotion import DONE, next_entry, promote_to_champion, read_history
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 NIGHTLY = dt.datetime(2026, 11, 29, 2, 0, tzinfo=UTC)  # logical time of the nightly that scores 11-28
 MICRO = dt.timedelta(microseconds=1)
 
@@ -49,7 +50,9 @@ def test_promoting_past_the_legacy_single_tag_limit_still_records_the_move(regis
     registry_client.set_registered_model_alias(model, "champion", legacy[-1]["version"])
     assert len(json.dumps(legacy)) <= 5000 < len(json.dumps(legacy + legacy[-1:]))  # one more does not fit
 
-    outcome = promote_to_champion(registry_client, model, "3", logical_time=NIGHTLY, clock=at(NIGHTLY + dt.timedelta(minutes=5)))
+    outcome = promote_to_champion(
+        registry_client, model, "3", logical_time=NIGHTLY, clock=at(NIGHTLY + dt.timedelta(minutes=5))
+    )
 
     assert outcome.moved
     registered = registry_client.get_registered_model(model)
@@ -68,7 +71,9 @@ def test_a_run_with_a_logical_date_in_2099_does_not_rewrite_history(registry_cli
     model = new_model(registry_client, 3)
     promote_to_champion(registry_client, model, "1", logical_time=NIGHTLY, clock=at(NIGHTLY.replace(minute=5)))
     triggered = dt.datetime(2026, 11, 29, 10, 0, tzinfo=UTC)  # a REST trigger with logical_date 2099-01-01
-    promote_to_champion(registry_client, model, "2", logical_time=dt.datetime(2099, 1, 1, tzinfo=UTC), clock=at(triggered))
+    promote_to_champion(
+        registry_client, model, "2", logical_time=dt.datetime(2099, 1, 1, tzinfo=UTC), clock=at(triggered)
+    )
     next_night = NIGHTLY + dt.timedelta(days=1)
     promote_to_champion(registry_client, model, "3", logical_time=next_night, clock=at(next_night.replace(minute=5)))
 
@@ -86,15 +91,29 @@ def test_as_of_at_the_nightly_boundary(registry_client):
     re-scoring that day (as_of 02:00) and anything at 02:10 pick the new champion. A
     promotion at 02:05 by another run whose logical time is 02:05 does not count at 02:00."""
     nightly = new_model(registry_client, 2)
-    promote_to_champion(registry_client, nightly, "1", logical_time=NIGHTLY - dt.timedelta(days=1), clock=at(NIGHTLY - dt.timedelta(days=1)))
+    promote_to_champion(
+        registry_client,
+        nightly,
+        "1",
+        logical_time=NIGHTLY - dt.timedelta(days=1),
+        clock=at(NIGHTLY - dt.timedelta(days=1)),
+    )
     promote_to_champion(registry_client, nightly, "2", logical_time=NIGHTLY, clock=at(NIGHTLY.replace(minute=5)))
     assert as_of(registry_client, nightly, NIGHTLY - MICRO) == "1"
     assert as_of(registry_client, nightly, NIGHTLY) == "2"
     assert as_of(registry_client, nightly, NIGHTLY.replace(minute=10)) == "2"
 
     other = new_model(registry_client, 2)
-    promote_to_champion(registry_client, other, "1", logical_time=NIGHTLY - dt.timedelta(days=1), clock=at(NIGHTLY - dt.timedelta(days=1)))
-    promote_to_champion(registry_client, other, "2", logical_time=NIGHTLY.replace(minute=5), clock=at(NIGHTLY.replace(minute=5)))
+    promote_to_champion(
+        registry_client,
+        other,
+        "1",
+        logical_time=NIGHTLY - dt.timedelta(days=1),
+        clock=at(NIGHTLY - dt.timedelta(days=1)),
+    )
+    promote_to_champion(
+        registry_client, other, "2", logical_time=NIGHTLY.replace(minute=5), clock=at(NIGHTLY.replace(minute=5))
+    )
     assert as_of(registry_client, other, NIGHTLY) == "1"
     assert as_of(registry_client, other, NIGHTLY.replace(minute=10)) == "2"
 
@@ -103,9 +122,17 @@ def test_a_late_promotion_with_an_old_logical_date_keeps_what_the_night_scored(r
     """A manual run with yesterday's logical date promotes at 10:00: the day the nightly
     scored at 02:10 (with its own 02:05 promotion) still re-scores with that version."""
     model = new_model(registry_client, 3)
-    promote_to_champion(registry_client, model, "1", logical_time=NIGHTLY - dt.timedelta(days=1), clock=at(NIGHTLY - dt.timedelta(days=1)))
+    promote_to_champion(
+        registry_client,
+        model,
+        "1",
+        logical_time=NIGHTLY - dt.timedelta(days=1),
+        clock=at(NIGHTLY - dt.timedelta(days=1)),
+    )
     promote_to_champion(registry_client, model, "2", logical_time=NIGHTLY, clock=at(NIGHTLY.replace(minute=5)))
-    promote_to_champion(registry_client, model, "3", logical_time=NIGHTLY - dt.timedelta(days=1), clock=at(NIGHTLY.replace(hour=10)))
+    promote_to_champion(
+        registry_client, model, "3", logical_time=NIGHTLY - dt.timedelta(days=1), clock=at(NIGHTLY.replace(hour=10))
+    )
     assert as_of(registry_client, model, NIGHTLY) == "2"
     assert as_of(registry_client, model, NIGHTLY.replace(minute=5) - MICRO) == "2"
     assert as_of(registry_client, model, NIGHTLY.replace(minute=5)) == "3"
@@ -120,7 +147,13 @@ def seed_history(client, model: str, count: int, first_night: dt.datetime) -> li
     history = []
     for i in range(count):
         night = first_night + dt.timedelta(days=i)
-        entry = next_entry(history, str(1 + i % 3), moved_at=night + dt.timedelta(minutes=5), logical_time=night, run=f"scheduled__{night.isoformat()}")
+        entry = next_entry(
+            history,
+            str(1 + i % 3),
+            moved_at=night + dt.timedelta(minutes=5),
+            logical_time=night,
+            run=f"scheduled__{night.isoformat()}",
+        )
         history.append(replace(entry, state=DONE))
     engine = sqlalchemy.create_engine(client.tracking_uri)
     with engine.begin() as conn:
@@ -140,7 +173,9 @@ def test_years_of_promotions_answer_as_of_exactly_and_fast(registry_client):
     registry_client.set_registered_model_alias(model, "champion", history[-1].version)
     night = first_night + dt.timedelta(days=count)
 
-    assert promote_to_champion(registry_client, model, "4", logical_time=night, clock=at(night + dt.timedelta(minutes=5))).moved
+    assert promote_to_champion(
+        registry_client, model, "4", logical_time=night, clock=at(night + dt.timedelta(minutes=5))
+    ).moved
 
     started = time.monotonic()
     registered = registry_client.get_registered_model(model)

@@ -23,7 +23,7 @@ from spark_jobs.promotion import (
     release_lock,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 NIGHT = dt.datetime(2026, 11, 3, 2, tzinfo=UTC)
 FAST = {"timeout_s": 10, "stale_after_s": 5, "poll_s": 0.1}
 
@@ -148,7 +148,9 @@ def test_a_version_replaced_as_champion_is_not_moved_back(registry_client):
     retried = promote_to_champion(registry_client, model, "1", logical_time=NIGHT)  # retried while still champion
     assert (retried.moved, retried.refusal) == (False, None)
     assert promote_to_champion(registry_client, model, "2", logical_time=NIGHT + day).moved
-    late = promote_to_champion(registry_client, model, "1", logical_time=NIGHT + 2 * day)  # retried after being replaced
+    late = promote_to_champion(
+        registry_client, model, "1", logical_time=NIGHT + 2 * day
+    )  # retried after being replaced
     assert late.refusal == "version 1 was champion before and no longer is (champion now: 2); not moved back"
     assert str(registry_client.get_registered_model(model).aliases["champion"]) == "2"
     assert history_versions(registry_client, model) == ["1", "2"]
@@ -201,7 +203,8 @@ class CrashingClient:
 
 
 def test_a_crash_between_recording_and_moving_the_alias_is_repaired(registry_client):
-    from ml_registry.alias_history import read_history as gate_history, version_as_of
+    from ml_registry.alias_history import read_history as gate_history
+    from ml_registry.alias_history import version_as_of
 
     model = new_model(registry_client, 3)
     promote_to_champion(registry_client, model, "1", logical_time=NIGHT)
@@ -221,7 +224,8 @@ def test_a_crash_between_recording_and_moving_the_alias_is_repaired(registry_cli
 
 
 def test_a_crash_between_moving_the_alias_and_marking_it_done_is_repaired(registry_client):
-    from ml_registry.alias_history import read_history as gate_history, version_as_of
+    from ml_registry.alias_history import read_history as gate_history
+    from ml_registry.alias_history import version_as_of
 
     model = new_model(registry_client, 3)
     promote_to_champion(registry_client, model, "1", logical_time=NIGHT)

@@ -25,9 +25,20 @@ def test_worse_than_champion_beyond_tolerance_fails():
 
 
 REQUIRED = [
-    "--train-manifest", "t.json", "--output-manifest", "r.json", "--curated-root", "/c",
-    "--start-ds", "2026-11-01", "--end-ds", "2026-11-28", "--model-name", "m",
-    "--logical-time", "2026-11-29T02:00:00+00:00",
+    "--train-manifest",
+    "t.json",
+    "--output-manifest",
+    "r.json",
+    "--curated-root",
+    "/c",
+    "--start-ds",
+    "2026-11-01",
+    "--end-ds",
+    "2026-11-28",
+    "--model-name",
+    "m",
+    "--logical-time",
+    "2026-11-29T02:00:00+00:00",
 ]
 
 

@@ -39,7 +39,13 @@ def training_stack(tmp_path_factory):
     stack = LocalStack(state_dir=root / "stack", mlflow_port=free_port())
     stack.start_mlflow()
     try:
-        yield {"root": root, "archive": archive, "curated": root / "curated", "stack": stack, "tracking_uri": stack.tracking_uri}
+        yield {
+            "root": root,
+            "archive": archive,
+            "curated": root / "curated",
+            "stack": stack,
+            "tracking_uri": stack.tracking_uri,
+        }
     finally:
         stack.stop_mlflow()
 
@@ -50,16 +56,26 @@ def submit_training(stack: dict, backend: str) -> tuple[subprocess.CompletedProc
     work.mkdir()
     manifest = work / "train.json"
     args = [
-        "--curated-root", str(stack["curated"]),
-        "--start-ds", DS,
-        "--end-ds", DS,
-        "--work-dir", str(work / "scratch"),
-        "--output-manifest", str(manifest),
-        "--experiment-name", "train-backends",
-        "--backend", backend,
-        "--epochs", str(EPOCHS),
-        "--num-ranks", "2",
-        "--checkpoint-dir", str(work / "checkpoints"),
+        "--curated-root",
+        str(stack["curated"]),
+        "--start-ds",
+        DS,
+        "--end-ds",
+        DS,
+        "--work-dir",
+        str(work / "scratch"),
+        "--output-manifest",
+        str(manifest),
+        "--experiment-name",
+        "train-backends",
+        "--backend",
+        backend,
+        "--epochs",
+        str(EPOCHS),
+        "--num-ranks",
+        "2",
+        "--checkpoint-dir",
+        str(work / "checkpoints"),
     ]
     started = time.monotonic()
     proc = stack["stack"].spark_submit("train", args, archive=stack["archive"], cwd=work, timeout=SUBMIT_TIMEOUT_S)

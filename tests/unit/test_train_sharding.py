@@ -13,7 +13,9 @@ from spark_jobs.train import read_rank_shard, write_training_shards
 
 def curated_df(spark, rows=200):
     labels, pixels = make_rows("2026-11-28", rows)
-    data = [(i, int(l), *map(int, p), "2026-11-28") for i, (l, p) in enumerate(zip(labels, pixels))]
+    data = [
+        (i, int(label), *map(int, p), "2026-11-28") for i, (label, p) in enumerate(zip(labels, pixels, strict=True))
+    ]
     schema = T.StructType([*CURATED_SCHEMA.fields, T.StructField("ds", T.StringType())])
     return spark.createDataFrame(data, schema), labels
 
