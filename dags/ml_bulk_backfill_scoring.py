@@ -56,6 +56,8 @@ with DAG(
             None,
             type=["null", "integer"],
             minimum=1,
+            # The registry's SQL store keeps version numbers in a 32-bit INTEGER column.
+            maximum=2**31 - 1,
             title="Model version",
             description="empty: the current champion",
         ),

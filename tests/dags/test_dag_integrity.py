@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
-import time
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS_DIR = REPO / "dags"
 DAG_FILES = sorted(p for p in DAGS_DIR.glob("*.py"))
-# Airflow's own guidance: a DAG file must parse well under a second; we hold ours to 0.3 s.
+# Airflow's own guidance: a DAG file must parse well under a second; we hold ours to 0.3 s,
+# measured cold (the median of PARSE_REPEATS parses, each in a freshly forked child).
 MAX_PARSE_SECONDS = 0.3
+PARSE_REPEATS = 5
 
 
-@pytest.fixture(scope="module")
-def dagbag():
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(DAGS_DIR))
+def python_as_dag_processor(*args: str, cwd: Path, timeout: float) -> Any:
+    """Run ``python *args`` in a fresh interpreter with dags/ and plugins/ on sys.path, as the
+    DAG processor has them; returns the JSON its last line of output holds."""
+    env = {**os.environ, "PYTHONPATH": f"{DAGS_DIR}:{REPO / 'plugins'}"}
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_no_import_errors(dagbag):
@@ -26,17 +34,29 @@ def test_no_import_errors(dagbag):
     assert {"ml_nightly_retrain"} <= set(dagbag.dag_ids)
 
 
-@pytest.mark.parametrize("dag_file", DAG_FILES, ids=lambda p: p.name)
-def test_parse_time_per_file(dag_file, report_figure):
-    from airflow.dag_processing.dagbag import DagBag
+@pytest.fixture(scope="module")
+def parse_seconds() -> dict[str, dict[str, list[float]]]:
+    """Parse times of every DAG file, measured by ``benchmarks.parse_dags`` in a fresh
+    interpreter: ``cold``, each parse in a child forked after Airflow (and the ``airflow.*``
+    modules the file imports) is imported, as the DAG processor parses; ``warm``, the file
+    parsed again in a process that has parsed it. Keyed by file name."""
+    times = python_as_dag_processor(
+        "-m", "benchmarks.parse_dags", "--repeats", str(PARSE_REPEATS), *map(str, DAG_FILES), cwd=REPO, timeout=300
+    )
+    return {Path(path).name: seconds for path, seconds in times.items()}
 
-    DagBag(dag_folder=str(dag_file))  # warm imports shared by all files
-    started = time.perf_counter()
-    bag = DagBag(dag_folder=str(dag_file))
-    elapsed = time.perf_counter() - started
-    report_figure(f"DAG parse time {dag_file.name}: {elapsed * 1000:.1f} ms")
-    assert bag.import_errors == {}
-    assert elapsed < MAX_PARSE_SECONDS, f"{dag_file.name} took {elapsed:.3f} s to parse"
+
+@pytest.mark.parametrize("dag_file", DAG_FILES, ids=lambda p: p.name)
+def test_parse_time_per_file(dag_file, parse_seconds, report_figure):
+    import statistics
+
+    cold = statistics.median(parse_seconds[dag_file.name]["cold"])
+    warm = statistics.median(parse_seconds[dag_file.name]["warm"])
+    report_figure(
+        f"DAG parse time {dag_file.name}: {cold * 1000:.1f} ms cold (forked child, median of {PARSE_REPEATS}), "
+        f"{warm * 1000:.1f} ms warm"
+    )
+    assert cold < MAX_PARSE_SECONDS, f"{dag_file.name} took {cold:.3f} s to parse in a fresh child"
 
 
 def test_conventions(dagbag):
@@ -50,8 +70,6 @@ def test_conventions(dagbag):
 
 
 def test_every_pool_used_is_defined_in_conf_pools(dagbag):
-    import json
-
     pools = json.loads((REPO / "conf" / "pools.json").read_text())
     used = {task.pool for dag in dagbag.dags.values() for task in dag.tasks} - {"default_pool"}
     assert used and used <= set(pools), f"pools used but not in conf/pools.json: {used - set(pools)}"
@@ -139,19 +157,5 @@ print(json.dumps(sorted((after - before) & heavy)))
 
 @pytest.mark.parametrize("dag_file", DAG_FILES, ids=lambda p: p.name)
 def test_parsing_a_dag_file_imports_no_job_code_or_heavy_library(dag_file):
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "PYTHONPATH": f"{DAGS_DIR}:{REPO / 'plugins'}"}
-    done = subprocess.run(
-        [sys.executable, "-c", IMPORT_PROBE, str(dag_file), *HEAVY_MODULES],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=DAGS_DIR,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [], f"parsing {dag_file.name} imported these"
+    imported = python_as_dag_processor("-c", IMPORT_PROBE, str(dag_file), *HEAVY_MODULES, cwd=DAGS_DIR, timeout=120)
+    assert imported == [], f"parsing {dag_file.name} imported these"
