@@ -16,6 +16,9 @@ TRAIN_DS, TRAIN_ROWS = "2026-11-28", 400
 # adlfs's form: container, then path; the account comes from the connection string.
 CHECKPOINTS_CONTAINER = "checkpoints"
 CHECKPOINTS_URL = f"abfs://{CHECKPOINTS_CONTAINER}/ml_nightly_retrain/run-1"
+# The interrupted try asks for EPOCHS and is killed once the checkpoint of epoch KILL_AT exists
+# (so epoch KILL_AT - 1's checkpoint, and its removal of the one before, are done).
+EPOCHS, KILL_AT = 12, 3
 
 
 def render(task: Any, logical_date: str = "2026-11-29T02:00:00+00:00") -> dict[str, Any]:
@@ -39,3 +42,19 @@ def render(task: Any, logical_date: str = "2026-11-29T02:00:00+00:00") -> dict[s
     }
     task.render_template_fields(context)
     return context
+
+
+def checkpoints(blob_service, url: str) -> dict[str, dict]:
+    """A run's checkpoints on Azurite by blob name, loaded (partial writes left out)."""
+    import io
+
+    import torch
+    from azure.core.exceptions import ResourceNotFoundError
+
+    container_name, _, prefix = url.removeprefix("abfs://").partition("/")
+    container = blob_service.get_container_client(container_name)
+    try:
+        names = [b.name for b in container.list_blobs(name_starts_with=f"{prefix}/") if b.name.endswith(".pt")]
+    except ResourceNotFoundError:
+        return {}
+    return {name: torch.load(io.BytesIO(container.download_blob(name).readall()), weights_only=True) for name in names}

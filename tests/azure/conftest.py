@@ -22,7 +22,16 @@ import psutil
 import pytest
 
 import package_jobs
-from azure_support import ARTIFACTS_CONTAINER, CHECKPOINTS_URL, LANDING_CONN_ID, TRAIN_DS, TRAIN_ROWS
+from azure_support import (
+    ARTIFACTS_CONTAINER,
+    CHECKPOINTS_URL,
+    EPOCHS,
+    KILL_AT,
+    LANDING_CONN_ID,
+    TRAIN_DS,
+    TRAIN_ROWS,
+    checkpoints,
+)
 from local_stack import Azurite, LocalStack, free_port, write_curated_partition
 
 
@@ -194,6 +203,15 @@ def processes_marked(marker: str, timeout: float = 30) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def first_training(train_job) -> tuple[dict, str]:
-    """Two epochs with TorchDistributor, checkpointed to blob storage, run to success."""
-    return train_job("first", "torch_distributor", 2, CHECKPOINTS_URL)
+def interrupted_training(train_job, blob_service) -> dict:
+    """The first try of a run (TorchDistributor), SIGKILLed once its checkpoint of epoch
+    KILL_AT is in the container: its output, processes left behind, and the checkpoints it
+    left (read before any retry)."""
+    killed, output = train_job("interrupted", "torch_distributor", EPOCHS, CHECKPOINTS_URL, kill_at_checkpoint=KILL_AT)
+    return {**killed, "output": output, "checkpoints": checkpoints(blob_service, CHECKPOINTS_URL)}
+
+
+@pytest.fixture(scope="session")
+def resumed_training(interrupted_training, train_job) -> tuple[dict, str]:
+    """The retry (Horovod, the same epochs and checkpoint folder), run to success."""
+    return train_job("retry", "horovod", EPOCHS, CHECKPOINTS_URL)

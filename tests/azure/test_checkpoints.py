@@ -11,42 +11,16 @@ through their environment only.
 
 from __future__ import annotations
 
-import io
-
 import pytest
 
-from azure_support import CHECKPOINTS_CONTAINER, CHECKPOINTS_URL
-
-EPOCHS = 12
-KILL_AT = 3  # the checkpoint of epoch 3 exists: epoch 2's checkpoint, and its removal of epoch 1's, are done
-RESTART_URL = CHECKPOINTS_URL.rsplit("/", 1)[0] + "/run-restarted"
+from azure_support import CHECKPOINTS_URL, EPOCHS, KILL_AT, checkpoints
 
 
-def checkpoints(blob_service, url: str) -> dict[str, dict]:
-    """The run's checkpoints by blob name, loaded (partial writes left out)."""
-    import torch
-
-    prefix = url.removeprefix(f"abfs://{CHECKPOINTS_CONTAINER}/") + "/"
-    container = blob_service.get_container_client(CHECKPOINTS_CONTAINER)
-    return {
-        blob.name: torch.load(io.BytesIO(container.download_blob(blob.name).readall()), weights_only=True)
-        for blob in container.list_blobs(name_starts_with=prefix)
-        if blob.name.endswith(".pt")
-    }
-
-
-@pytest.fixture(scope="session")
-def interrupted(train_job, blob_service) -> dict:
-    """The killed try: its output, leftover processes, and the checkpoints it left."""
-    killed, output = train_job("interrupted", "torch_distributor", EPOCHS, RESTART_URL, kill_at_checkpoint=KILL_AT)
-    return {**killed, "output": output, "checkpoints": checkpoints(blob_service, RESTART_URL)}
-
-
-def test_each_epoch_is_checkpointed_and_the_latest_kept(interrupted):
+def test_each_epoch_is_checkpointed_and_the_latest_kept(interrupted_training):
     from spark_jobs.model import MnistNet
 
-    assert interrupted["orphans"] == []
-    by_epoch = {state["epoch"]: (name, state) for name, state in interrupted["checkpoints"].items()}
+    assert interrupted_training["orphans"] == []
+    by_epoch = {state["epoch"]: (name, state) for name, state in interrupted_training["checkpoints"].items()}
     latest = max(by_epoch)
     assert KILL_AT <= latest < EPOCHS
     # Older ones are removed once a newer one is written; the kill may land between the two.
@@ -58,32 +32,29 @@ def test_each_epoch_is_checkpointed_and_the_latest_kept(interrupted):
     assert state["optimizer"]["state"], "SGD momentum buffers belong to the optimizer state"
 
 
-def test_a_restart_resumes_after_the_latest_checkpoint(interrupted, train_job, azure_stack, blob_service):
+def test_a_restart_resumes_after_the_latest_checkpoint(interrupted_training, resumed_training, azure_stack):
     from mlflow import MlflowClient
 
-    latest = max(state["epoch"] for state in interrupted["checkpoints"].values())
-    retry, output = train_job("retry", "horovod", EPOCHS, RESTART_URL)
+    latest = max(state["epoch"] for state in interrupted_training["checkpoints"].values())
+    retry, output = resumed_training
 
     assert retry["resumed_from_epoch"] == latest
-    assert f"[rank 0] resuming after epoch {latest} from {RESTART_URL}" in output
+    assert f"[rank 0] resuming after epoch {latest} from {CHECKPOINTS_URL}" in output
     assert retry["final_metrics"]["epoch"] == EPOCHS
     # The retry's MLflow run has the metrics of the epochs it trained, and no more.
     history = MlflowClient(tracking_uri=azure_stack.tracking_uri).get_metric_history(retry["run_id"], "train_loss")
     assert [m.step for m in history] == list(range(latest + 1, EPOCHS + 1))
-    # Its model is logged, so the run's checkpoints are gone: clearing it trains afresh.
-    assert checkpoints(blob_service, RESTART_URL) == {}
 
 
-def test_a_run_that_logs_its_model_leaves_no_checkpoint(first_training, blob_service):
-    manifest, output = first_training
-    assert (manifest["resumed_from_epoch"], manifest["final_metrics"]["epoch"]) == (0, 2)
-    assert "removed the checkpoints of epochs [2]" in output
+def test_a_run_that_logs_its_model_leaves_no_checkpoint(resumed_training, blob_service):
+    # Clearing the run in Airflow then trains afresh instead of resuming after its last epoch.
+    _, output = resumed_training
+    assert "model logged; removed the checkpoints of epochs" in output
     assert checkpoints(blob_service, CHECKPOINTS_URL) == {}
 
 
-def test_the_storage_key_is_on_no_command_line_and_in_no_output(first_training, interrupted, train_job, azurite):
-    outputs = [first_training[1], interrupted["output"], train_job("retry", "horovod", EPOCHS, RESTART_URL)[1]]
-    for output in outputs:
+def test_the_storage_key_is_on_no_command_line_and_in_no_output(interrupted_training, resumed_training, azurite):
+    for output in (interrupted_training["output"], resumed_training[1]):
         assert "--checkpoint-dir abfs://" in output  # the command line is part of the output
         assert azurite.key not in output
         assert "AccountKey=" not in output

@@ -36,11 +36,11 @@ def test_artifact_round_trip_through_the_server(azure_stack, blob_service, monke
 
 
 def test_trained_model_is_stored_in_the_container_and_loads(
-    first_training, azure_stack, blob_service, azurite, tmp_path, monkeypatch
+    resumed_training, azure_stack, blob_service, azurite, tmp_path, monkeypatch
 ):
     import mlflow
 
-    manifest, _ = first_training
+    manifest, _ = resumed_training
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
     mlflow.set_tracking_uri(azure_stack.tracking_uri)
     try:
