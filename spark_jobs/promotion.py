@@ -75,6 +75,9 @@ def history_entry_tag(seq: int, alias: str = CHAMPION) -> str:
 
 
 def utc_now() -> dt.datetime:
+    """When the alias moves (a history entry's ``moved_at``): the one wall-clock read here, on
+    purpose. It decides no partition or data window; it caps ``effective`` so a run's logical
+    date (e.g. a trigger dated 2099) cannot record a promotion in the future."""
     return dt.datetime.now(dt.UTC)
 
 
