@@ -80,9 +80,13 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         from ml_registry.hooks import MlflowRegistryHook
 
         env = MlflowRegistryHook(mlflow_conn_id=self.mlflow_conn_id).client_env()
+        # Without a name: a named value is masked only while Airflow's
+        # [core] hide_sensitive_var_conn_fields is on, the setting that also decides whether
+        # Airflow masks a token in the connection's extra. The job gets these values whatever
+        # that setting says.
         for name in ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
             if name in env:
-                mask_secret(env[name], name)
+                mask_secret(env[name])
         if not self.pass_mlflow_credentials:
             env = {k: v for k, v in env.items() if k not in MLFLOW_CREDENTIAL_VARS}
         credentials = sorted(set(env) & set(MLFLOW_CREDENTIAL_VARS))

@@ -5,11 +5,21 @@ Postgres metadata DB (see :func:`airflow_services`)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from e2e_support import MODEL, postgres_database, run_nightly, service_missing
 from local_stack import LocalStack, free_port
 from package_jobs import package_jobs
+
+# The end-to-end tests' own DAGs (tests/e2e/dags), a second DAG bundle beside the project's.
+LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+DAG_BUNDLES = [
+    {"name": "dags-folder", "classpath": LOCAL_BUNDLE, "kwargs": {}},
+    {"name": "e2e-tests", "classpath": LOCAL_BUNDLE, "kwargs": {"path": str(Path(__file__).parent / "dags")}},
+]
 
 
 @pytest.fixture(scope="session")
@@ -50,13 +60,19 @@ def airflow_services(stack):
     "database is locked" whenever the scheduler writes while it creates a run, and Airflow's
     clean-up of that partial backfill deletes the reprocessed runs and crashes the scheduler
     (``ObjectDeletedError``; Airflow 3.3.2). MLflow, Spark and the storage root stay the
-    embedded ones.
+    embedded ones. The tests' own DAGs (``tests/e2e/dags``) are a second DAG bundle.
+
+    Airflow's masking of values by their names (connection extras, variables) is off
+    (``hide_sensitive_var_conn_fields``): the platform's own masking must not depend on it,
+    and with it on it would hide whether the operator registers what it hands a job.
     """
     if reason := service_missing("PostgreSQL"):
         pytest.skip(f"scheduler-driven tests need {reason}")
     with postgres_database() as database:
         sql_conn = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}"
         stack.extra_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = sql_conn
+        stack.extra_env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(DAG_BUNDLES)
+        stack.extra_env["AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS"] = "False"
         try:
             stack.migrate()
             stack.start_airflow_services()
@@ -64,3 +80,5 @@ def airflow_services(stack):
         finally:
             stack.stop_airflow_services()
             del stack.extra_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+            del stack.extra_env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"]
+            del stack.extra_env["AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS"]

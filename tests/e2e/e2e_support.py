@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
@@ -33,6 +34,33 @@ def wait_for(predicate, timeout: float, interval: float = 5, what: str = "condit
             return value
         time.sleep(interval)
     raise TimeoutError(f"{what} not reached after {timeout:.0f} s")
+
+
+TERMINAL = ("success", "failed")
+
+
+def finished_run(stack, dag_id: str, run_id: str, timeout: float = 900) -> dict:
+    """The run once it is in a terminal state."""
+    return wait_for(
+        lambda: (r := stack.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")[1]).get("state") in TERMINAL and r,
+        timeout,
+        5,
+        f"{dag_id} run {run_id}",
+    )
+
+
+def task_instances(stack, dag_id: str, run_id: str) -> dict[str, dict]:
+    _, listing = stack.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
+    return {ti["task_id"]: ti for ti in listing["task_instances"]}
+
+
+def task_log(stack, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+    """The task's log as the UI shows it (read by the API server from the log folder)."""
+    status, body = stack.api(
+        "GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true"
+    )
+    assert status == 200, body
+    return json.dumps(body)
 
 
 def register_quick_champion(tracking_uri: str, rows: int = 2000, steps: int = 150) -> str:

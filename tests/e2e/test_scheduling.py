@@ -1,7 +1,9 @@
 """Scheduler-driven runs on the real Airflow components (API server, scheduler, DAG
 processor; LocalExecutor; Postgres metadata DB) on loopback: backfills with ``airflow backfill create``, the
 ``as_of`` model policy across a promotion, on-demand training triggered through the REST
-API (valid and invalid conf), and a bulk backfill compared row for row with daily runs.
+API (valid and invalid conf), a bulk backfill compared row for row with daily runs, the
+champion Asset starting the re-scoring DAG, undeclared conf keys arriving by the CLI, a
+backfill and TriggerDagRunOperator, and Airflow's own kills of a running Spark task.
 
 ``ml_batch_scoring`` has data-interval semantics: ``--from-date 2026-11-01 --to-date
 2026-11-03`` creates the runs that score ds 2026-11-01..2026-11-03.
@@ -9,6 +11,7 @@ API (valid and invalid conf), and a bulk backfill compared row for row with dail
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 
@@ -16,21 +19,43 @@ import numpy as np
 import pyarrow.dataset as pads
 import pytest
 
-from e2e_support import MODEL, wait_for
+from e2e_support import MODEL, finished_run, task_instances, task_log, wait_for
+from process_markers import describe, marked_processes, wait_for_marked_process, wait_for_no_marked_processes
 
 SCORING = "ml_batch_scoring"
+BULK = "ml_bulk_backfill_scoring"
+ON_NEW_CHAMPION = "ml_score_on_new_champion"
 ROWS = 1000
-DAYS = [f"2026-11-0{d}" for d in range(1, 8)]  # ds 2026-11-01 .. 2026-11-07
+DAYS = [f"2026-11-0{d}" for d in range(1, 6)]  # ds 2026-11-01 .. 2026-11-05
+MISSING_DAY = "2026-11-06"  # no drop: never curated
+UNKNOWN_KEY = "unknown_key"  # the key tests/e2e/dags/e2e_airflow_paths.py triggers with
+MARKER_VAR = "E2E_MARKER"  # ditto: set on every process of e2e_spark_kill's jobs
 
 
 @pytest.fixture(scope="module")
 def services(airflow_services, champion):
     stack = airflow_services
     stack.generate_drops(DAYS, rows=ROWS, seed=3)
-    for dag_id in (SCORING, "ml_train_on_demand", "ml_bulk_backfill_scoring"):
+    dags = (SCORING, "ml_train_on_demand", BULK, ON_NEW_CHAMPION)
+    for dag_id in (*dags, "e2e_trigger_with_unknown_key", "e2e_spark_kill"):
         wait_for(lambda dag_id=dag_id: stack.api("GET", f"/dags/{dag_id}")[0] == 200, 120, 2, f"{dag_id} parsed")
         stack.airflow("dags", "unpause", dag_id, capture_output=True)
     return stack
+
+
+def assert_refused_at_check_conf(stack, dag_id: str, run_id: str) -> None:
+    """The run failed at ``check_conf``, whose log names the undeclared key; nothing else ran."""
+    run = finished_run(stack, dag_id, run_id)
+    tis = task_instances(stack, dag_id, run_id)
+    assert run["state"] == "failed" and tis["check_conf"]["state"] == "failed", (run, tis["check_conf"])
+    ran = {
+        task: ti["state"]
+        for task, ti in tis.items()
+        if task != "check_conf" and ti["state"] not in (None, "upstream_failed")
+    }
+    assert ran == {}, ran
+    log = task_log(stack, dag_id, run_id, "check_conf")
+    assert f"unknown parameter(s) ['{UNKNOWN_KEY}']" in log, log[-2000:]
 
 
 def backfill(stack, first_ds: str, last_ds: str, *extra: str, timeout: float = 900) -> float:
@@ -74,43 +99,58 @@ def curated_rows(stack, ds: str) -> int:
 
 @pytest.fixture(scope="module")
 def backfills(services, champion):
-    """Three days backfilled, then seven days with ``--reprocess-behavior completed`` (the
-    first three are reprocessed, the other four are new), then one bulk run over the same
-    seven days. Scored tables are kept after each step; wall times of the last two."""
+    """Three days backfilled, then five days with ``--reprocess-behavior completed`` (the
+    first three are reprocessed, the other two are new), then one bulk run over the same
+    five days and one more, never curated. Scored tables are kept after each step; wall
+    times of the last two."""
     backfill(services, DAYS[0], DAYS[2])
     first = {ds: scored(services, ds) for ds in DAYS[:3]}
     # Reprocessed runs keep the conf of their earlier run unless one is given: say "current".
     daily_seconds = backfill(
         services,
         DAYS[0],
-        DAYS[6],
+        DAYS[-1],
         "--reprocess-behavior",
         "completed",
         "--dag-run-conf",
         json.dumps({"model_policy": "current"}),
     )
     daily = {ds: scored(services, ds) for ds in DAYS}
+    # The bulk run spans one day more than was ever curated: it writes the five it has,
+    # then fails naming the missing one (its first try is enough; the retries are stopped).
     started = time.monotonic()
     status, run = services.api(
         "POST",
-        "/dags/ml_bulk_backfill_scoring/dagRuns",
-        {"logical_date": None, "conf": {"start_ds": DAYS[0], "end_ds": DAYS[6]}},
+        f"/dags/{BULK}/dagRuns",
+        {"logical_date": None, "conf": {"start_ds": DAYS[0], "end_ds": MISSING_DAY}},
     )
     assert status == 200, run
-    final = wait_for(
+    run_id = run["dag_run_id"]
+    score_range = wait_for(
         lambda: (
-            (r := services.api("GET", f"/dags/ml_bulk_backfill_scoring/dagRuns/{run['dag_run_id']}")[1])["state"]
-            in ("success", "failed")
-            and r
+            (ti := task_instances(services, BULK, run_id).get("score_range"))
+            and ti["state"] in ("up_for_retry", "failed")
+            and ti
         ),
         900,
         5,
-        "bulk backfill run",
+        "bulk backfill's first try",
     )
-    assert final["state"] == "success", final
     bulk_seconds = time.monotonic() - started
+    bulk_log = task_log(services, BULK, run_id, "score_range", score_range["try_number"])
+    # Failing the task (not the run) lets its teardown release the predictions locks.
+    path = f"/dags/{BULK}/dagRuns/{run_id}/taskInstances/score_range"
+    assert services.api("PATCH", path, {"new_state": "failed"})[0] == 200
+    assert finished_run(services, BULK, run_id)["state"] == "failed"
     bulk = {ds: scored(services, ds) for ds in DAYS}
-    return {"first": first, "daily": daily, "bulk": bulk, "daily_seconds": daily_seconds, "bulk_seconds": bulk_seconds}
+    return {
+        "first": first,
+        "daily": daily,
+        "bulk": bulk,
+        "bulk_log": bulk_log,
+        "daily_seconds": daily_seconds,
+        "bulk_seconds": bulk_seconds,
+    }
 
 
 def test_backfill_scores_one_partition_per_day_with_one_pinned_version(services, backfills, champion):
@@ -130,7 +170,7 @@ def test_reprocessing_completed_days_replaces_partitions_without_duplicates(back
         assert again.column("row_id").equals(backfills["first"][ds].column("row_id"))
 
 
-def test_bulk_backfill_matches_daily_runs_row_for_row(backfills, report_figure):
+def test_bulk_backfill_matches_daily_runs_row_for_row_and_fails_for_the_missing_day(services, backfills, report_figure):
     for ds in DAYS:
         bulk, daily = backfills["bulk"][ds], backfills["daily"][ds]
         assert bulk.schema == daily.schema and bulk.num_rows == daily.num_rows == ROWS
@@ -142,9 +182,11 @@ def test_bulk_backfill_matches_daily_runs_row_for_row(backfills, report_figure):
                 assert bulk.column(name).equals(daily.column(name)), (
                     f"ds={ds}: column {name} differs between bulk and daily"
                 )
+    assert not (services.storage_root / "predictions" / "mnist" / f"ds={MISSING_DAY}").exists()
+    assert f"no curated partition for: ['{MISSING_DAY}']" in backfills["bulk_log"], backfills["bulk_log"][-3000:]
     daily_seconds, bulk_seconds = backfills["daily_seconds"], backfills["bulk_seconds"]
     report_figure(
-        f"backfill of 7 days x {ROWS} rows: daily runs {daily_seconds:.0f} s, bulk run {bulk_seconds:.0f} s, "
+        f"backfill of {len(DAYS)} days x {ROWS} rows: daily runs {daily_seconds:.0f} s, bulk run {bulk_seconds:.0f} s, "
         f"daily/bulk {daily_seconds / bulk_seconds:.1f}x"
     )
 
@@ -207,35 +249,149 @@ def test_invalid_conf_through_the_cli_is_refused_naming_the_field(services):
     assert result.returncode != 0 and "epochs" in result.stdout + result.stderr
 
 
-def test_valid_training_conf_runs_with_those_parameters(services, mlflow_client):
-    conf = {"epochs": 1, "end_ds": DAYS[2], "window_days": 1, "promote": False}
-    status, run = services.api("POST", "/dags/ml_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
+def test_valid_training_conf_runs_with_those_parameters_and_its_promotion_rescores(
+    services, backfills, mlflow_client, champion
+):
+    """An on-demand run with chosen parameters trains, registers and promotes; the champion
+    Asset event of its ``publish_champion`` starts ``ml_score_on_new_champion``, which
+    re-scores the newest curated day with the new version. ``champion`` is unset first so
+    that the accuracy floor alone decides (the module's champion is restored after). It
+    trains on days the backfills curated."""
+    # 4,000 training rows for 15 epochs: about 0.98 held-out accuracy, clear of the 0.93 floor
+    # (3 days for 5 epochs gave 0.85).
+    conf = {"epochs": 15, "end_ds": DAYS[-1], "window_days": len(DAYS), "promote": True}
+    mlflow_client.delete_registered_model_alias(MODEL, "champion")
+    try:
+        status, run = services.api("POST", "/dags/ml_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
+        assert status == 200, run
+        final = finished_run(services, "ml_train_on_demand", run["dag_run_id"])
+        assert final["state"] == "success", task_instances(services, "ml_train_on_demand", run["dag_run_id"])
+        (trained,) = mlflow_client.search_runs(
+            mlflow_client.get_experiment_by_name(MODEL).experiment_id,
+            filter_string=f"tags.airflow_run_id = '{run['dag_run_id']}'",
+        )
+        assert trained.data.params["epochs"] == "15"
+        assert (trained.data.params["data_start_ds"], trained.data.params["data_end_ds"]) == (DAYS[0], DAYS[-1])
+        new = mlflow_client.get_model_version_by_alias(MODEL, "champion")
+        assert new.run_id == trained.info.run_id
+
+        rescored = wait_for(
+            lambda: (
+                (r := services.api("GET", f"/dags/{ON_NEW_CHAMPION}/dagRuns?run_type=asset_triggered")[1])["dag_runs"]
+                and r["dag_runs"][0]
+            ),
+            300,
+            5,
+            f"{ON_NEW_CHAMPION} started by the champion Asset",
+        )
+        rescored = finished_run(services, ON_NEW_CHAMPION, rescored["dag_run_id"])
+        assert rescored["state"] == "success", task_instances(services, ON_NEW_CHAMPION, rescored["dag_run_id"])
+        latest = max(p.name.removeprefix("ds=") for p in (services.storage_root / "curated" / "mnist").glob("ds=*"))
+        table = scored(services, latest)
+        assert table.num_rows == curated_rows(services, latest)
+        assert set(table.column("model_version").to_pylist()) == {new.version}
+    finally:
+        mlflow_client.set_registered_model_alias(MODEL, "champion", champion.version)
+
+
+def test_undeclared_conf_key_from_the_cli_fails_the_run_at_check_conf(services):
+    run_id = "e2e_cli_unknown_key"
+    created = services.airflow(
+        "dags",
+        "trigger",
+        "ml_train_on_demand",
+        "--run-id",
+        run_id,
+        "--conf",
+        json.dumps({UNKNOWN_KEY: 1}),
+        check=False,
+        capture_output=True,
+    )
+    assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+    assert_refused_at_check_conf(services, "ml_train_on_demand", run_id)
+
+
+def test_undeclared_conf_key_from_trigger_dag_run_operator_fails_the_run_at_check_conf(services):
+    status, run = services.api("POST", "/dags/e2e_trigger_with_unknown_key/dagRuns", {"logical_date": None})
     assert status == 200, run
-    final = wait_for(
-        lambda: (
-            (r := services.api("GET", f"/dags/ml_train_on_demand/dagRuns/{run['dag_run_id']}")[1])["state"]
-            in ("success", "failed")
-            and r
+    assert finished_run(services, "e2e_trigger_with_unknown_key", run["dag_run_id"])["state"] == "success"
+    assert_refused_at_check_conf(services, "ml_train_on_demand", f"{run['dag_run_id']}__triggered")
+
+
+def test_undeclared_conf_key_in_a_backfill_fails_its_run_at_check_conf(services):
+    ds = "2026-10-20"  # a day no other test runs: the run must fail before any ingest
+    created = services.airflow(
+        "backfill",
+        "create",
+        "--dag-id",
+        SCORING,
+        "--from-date",
+        ds,
+        "--to-date",
+        ds,
+        "--dag-run-conf",
+        json.dumps({UNKNOWN_KEY: 1}),
+        check=False,
+        capture_output=True,
+    )
+    assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
+    run = wait_for(
+        lambda: next(
+            (
+                r
+                for r in services.api("GET", f"/dags/{SCORING}/dagRuns?run_type=backfill&limit=100")[1]["dag_runs"]
+                if r["logical_date"].startswith(ds)
+            ),
+            None,
         ),
-        900,
-        5,
-        "on-demand training run",
+        120,
+        2,
+        f"backfill run of {ds}",
     )
-    assert final["state"] == "success"
-    (trained,) = mlflow_client.search_runs(
-        mlflow_client.get_experiment_by_name(MODEL).experiment_id,
-        filter_string=f"tags.airflow_run_id = '{run['dag_run_id']}'",
-    )
-    assert trained.data.params["epochs"] == "1"
-    assert trained.data.params["data_start_ds"] == trained.data.params["data_end_ds"] == DAYS[2]
+    assert_refused_at_check_conf(services, SCORING, run["dag_run_id"])
+
+
+def test_airflow_kills_of_a_running_spark_task_leave_no_process_of_the_job(services):
+    """Two Spark tasks run with their Python workers up; one is marked failed through the
+    REST API (the worker's supervisor sees it at its next heartbeat and SIGTERMs the task),
+    the other reaches its ``execution_timeout`` (the task runner's alarm). Both paths run
+    the operator's ``on_kill``, whose tree kill must fit inside Airflow's own escalation
+    from SIGTERM to SIGKILL of the task process, or the job would outlive the task."""
+    from airflow.sdk.execution_time.supervisor import ActivitySubprocess
+
+    from ml_registry.spark_submit import MlflowSparkSubmitOperator
+
+    airflow_escalation = inspect.signature(ActivitySubprocess.kill).parameters["escalation_delay"].default
+    grace = inspect.signature(MlflowSparkSubmitOperator.__init__).parameters["kill_grace_period"].default
+    assert grace < airflow_escalation, (grace, airflow_escalation)
+
+    status, run = services.api("POST", "/dags/e2e_spark_kill/dagRuns", {"logical_date": None})
+    assert status == 200, run
+    run_id = run["dag_run_id"]
+    markers = {task: f"{run_id}/{task}" for task in ("held", "timed_out")}
+    # Both jobs are real: each reaches its pyspark workers before anything is killed.
+    for marker in markers.values():
+        wait_for_marked_process(MARKER_VAR, marker, "pyspark.daemon", timeout=300)
+    tree = {task: describe(marked_processes(MARKER_VAR, marker)) for task, marker in markers.items()}
+
+    path = f"/dags/e2e_spark_kill/dagRuns/{run_id}/taskInstances/held"
+    status, body = services.api("PATCH", path, {"new_state": "failed"})
+    assert status == 200, body
+    final = finished_run(services, "e2e_spark_kill", run_id, timeout=600)
+    tis = task_instances(services, "e2e_spark_kill", run_id)
+    assert final["state"] == "failed" and {t: ti["state"] for t, ti in tis.items()} == {
+        "held": "failed",
+        "timed_out": "failed",
+    }
+    for task, marker in markers.items():
+        left = wait_for_no_marked_processes(MARKER_VAR, marker, timeout=30)
+        assert left == [], f"{task}: processes of the job outlived the task (tree was {tree[task]}): {left}"
+        log = task_log(services, "e2e_spark_kill", run_id, task)
+        assert "Terminating spark-submit" in log, log[-3000:]
+    assert "AirflowTaskTimeout" in task_log(services, "e2e_spark_kill", run_id, "timed_out")
 
 
 WRITERS = ("ingest_raw_drop", "score_partition")  # write curated/quarantine and predictions of the day
-
-
-def task_instances(stack, run_id: str) -> dict[str, dict]:
-    _, listing = stack.api("GET", f"/dags/{SCORING}/dagRuns/{run_id}/taskInstances?limit=100")
-    return {ti["task_id"]: ti for ti in listing["task_instances"]}
 
 
 def test_two_runs_writing_one_partition_take_turns(services):
@@ -275,7 +431,7 @@ def test_two_runs_writing_one_partition_take_turns(services):
         for run_id in run_ids
     ]
     assert [r["state"] for r in runs] == ["success", "success"], runs
-    tis = [task_instances(services, run_id) for run_id in run_ids]
+    tis = [task_instances(services, SCORING, run_id) for run_id in run_ids]
 
     def span(ti: dict) -> tuple[datetime, datetime]:
         return datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"])
