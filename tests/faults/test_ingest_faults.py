@@ -6,8 +6,9 @@ step a real ``spark-submit`` of the ingest entry point:
 1. a drop of good rows, one row for each way a row can be malformed, and the odd but valid
    shapes (header, blank lines, CRLF, UTF-8 byte-order mark, gzip, spaces) is published;
 2. a drop whose gzip file is truncated fails, naming the file; the partition is untouched;
-3. a clean replacement drop is SIGKILLed (its whole process group) while Spark writes
-   the new partition; the previous partition is still there, same rows, no duplicates;
+3. a clean replacement drop is SIGKILLed (its whole process group) once it has written
+   data files of the new partition, before it can commit them (the test holds the dataset's
+   swap lock meanwhile); the previous partition is still there, same rows, no duplicates;
 4. the replacement re-run publishes exactly its rows.
 
 Unreadable files (wrong encoding, broken archives, empty drops) are also tried through
@@ -29,6 +30,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from faults_support import wait_for_no_orphans
+from spark_jobs import partitions
 from spark_jobs.ingest import SNIFF_BYTES, IngestError, ingest_manifest_path, ingest_partition, rejected_manifest_path
 from spark_jobs.sample_data import make_rows
 from spark_jobs.schema import PIXEL_COLS, RAW_COLS
@@ -157,23 +159,30 @@ def story(faults_stack, tmp_path_factory):
         "manifest": read_manifest(fs, STORY_DS),
     }
 
-    # 3. a clean, bigger replacement, killed (SIGKILL to its process group) mid-write
+    # 3. a clean, bigger replacement, killed (SIGKILL to its process group) once it has
+    # written data files of the new partition. Meanwhile the test holds the dataset's swap
+    # lock, as a writer swapping its own days would: the job stages its whole output and then
+    # waits for the lock, so it is still before its commit whenever the test sees the files.
     replacement = drops / "replacement"
     replacement.mkdir()
     replacement_rows = 3000
     (replacement / "day.csv").write_text("\n".join([HEADER, *csv_lines(STORY_DS, replacement_rows, seed=5)]) + "\n")
     curated_root = fs.dataset("curated")
-    job = jobs.start("ingest", fs.ingest_args(STORY_DS, replacement))
-    part_file = None  # a data file of the new partition, open for writing in the replacement's staging area
-    deadline = time.monotonic() + 600
-    while part_file is None and job.returncode is None and time.monotonic() < deadline:
-        part_file = next(iter(curated_root.glob("_staging/*/data/**/*.parquet")), None)
-        time.sleep(0.02)
-    if job.returncode is None:
-        os.killpg(job.pid, signal.SIGKILL)
-    job.wait()
+    with partitions._LocalTree(str(curated_root), str(curated_root)).swap_lock("faults-test-writer"):
+        job = jobs.start("ingest", fs.ingest_args(STORY_DS, replacement))
+        deadline = time.monotonic() + 600
+        while True:
+            # A data file of the new partition in the replacement's staging area.
+            part_file = next(iter(curated_root.glob("_staging/*/data/**/*.parquet")), None)
+            if part_file is not None or job.returncode is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        running_when_killed = job.returncode is None
+        if running_when_killed:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
     seen["killed"] = {
-        "caught_mid_write": part_file is not None,
+        "caught_before_commit": part_file is not None and running_when_killed,
         "output": job.output,
         "orphans": wait_for_no_orphans(job.marker, timeout=30),
         "ids": curated_ids(fs, STORY_DS),
@@ -231,7 +240,7 @@ def test_truncated_gzip_fails_naming_the_file_and_keeps_the_partition(story):
 
 def test_ingest_killed_mid_write_leaves_the_previous_partition(story):
     killed, published = story["killed"], story["published"]
-    assert killed["caught_mid_write"], "the job finished before its write could be interrupted"
+    assert killed["caught_before_commit"], "the job ended, or wrote nothing, before it could be killed"
     assert sorted(killed["ids"]) == sorted(published["ids"]), "previous partition changed or lost rows"
     assert killed["dataset_rows"] == len(published["ids"])  # the half-written staging files are not read
     assert killed["manifest"] == published["manifest"]

@@ -25,6 +25,7 @@ import subprocess
 import threading
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pyarrow.dataset as pads
@@ -162,14 +163,24 @@ def test_no_log_or_file_holds_the_secret(secret_run):
     assert secret_run["file_hits"] == []
 
 
-def test_credentials_are_refused_where_env_vars_become_command_line_conf(monkeypatch):
-    """YARN (and Kubernetes) turn env_vars into --conf arguments: no credentials there."""
+@pytest.mark.parametrize(
+    ("master", "conf_prefix"),
+    [("yarn", "spark.yarn.appMasterEnv."), ("k8s://https://k8s.example.com:6443", "spark.kubernetes.driverEnv.")],
+    ids=["yarn", "kubernetes"],
+)
+def test_credentials_are_refused_where_env_vars_become_command_line_conf(monkeypatch, master, conf_prefix):
+    """YARN and Kubernetes turn env_vars into --conf arguments: no credentials there."""
+    from airflow.providers.apache.spark.hooks import spark_submit as spark_submit_hook
     from airflow.sdk.exceptions import AirflowFailException
 
-    from ml_registry.spark_submit import MlflowSparkSubmitOperator
+    from ml_registry.spark_submit import MLFLOW_CREDENTIAL_VARS, MlflowSparkSubmitOperator
 
+    # The Spark hook needs the Kubernetes provider's client module for any k8s:// master; a
+    # Kubernetes deployment installs that provider, this environment does not, and building
+    # a command never calls the client.
+    monkeypatch.setattr(spark_submit_hook, "kube_client", SimpleNamespace(), raising=False)
     secret = f"pw-{uuid.uuid4().hex}"
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps({"conn_type": "spark", "host": master}))
     monkeypatch.setenv(
         "AIRFLOW_CONN_MLFLOW_REMOTE",
         json.dumps(
@@ -179,20 +190,24 @@ def test_credentials_are_refused_where_env_vars_become_command_line_conf(monkeyp
 
     def operator(**kwargs) -> MlflowSparkSubmitOperator:
         return MlflowSparkSubmitOperator(
-            task_id="t", application="job.py", conn_id="spark_yarn", mlflow_conn_id="mlflow_remote", **kwargs
+            task_id="t", application="job.py", conn_id="spark_cluster", mlflow_conn_id="mlflow_remote", **kwargs
         )
 
     refusing = operator()
-    with pytest.raises(AirflowFailException, match="cluster secret.*pass_mlflow_credentials=False"):
+    with pytest.raises(
+        AirflowFailException, match="MLflow connection 'mlflow_remote' has credentials.*pass_mlflow_credentials=False"
+    ):
         refusing.mlflow_env(refusing._get_hook())
 
     uri_only = operator(pass_mlflow_credentials=False)
     env = uri_only.mlflow_env(uri_only._get_hook())
     assert env == {"MLFLOW_TRACKING_URI": "https://mlflow.example.com"}
     uri_only.env_vars = env
-    command = " ".join(uri_only._get_hook()._build_spark_submit_command("job.py"))
-    assert "spark.yarn.appMasterEnv.MLFLOW_TRACKING_URI=https://mlflow.example.com" in command
-    assert secret not in command
+    command = uri_only._get_hook()._build_spark_submit_command("job.py")
+    assert command[command.index("--master") + 1] == master
+    assert f"{conf_prefix}MLFLOW_TRACKING_URI=https://mlflow.example.com" in command
+    assert secret not in " ".join(command)
+    assert not any(name in " ".join(command) for name in MLFLOW_CREDENTIAL_VARS)
 
 
 @pytest.mark.parametrize(("setting", "passed"), [("true", True), ("false", False)])

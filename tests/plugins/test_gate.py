@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from structlog.testing import capture_logs
 
 from ml_registry.hooks import MlflowRegistryHook, MlflowServerUnavailableError
 from ml_registry.links import MlflowModelVersionLink
@@ -155,36 +156,63 @@ def test_pending_version_fails_without_waiting(mlflow_conn, mlflow_server, make_
         run_gate(model_name=name)
 
 
+def pokes(logs: list[dict]) -> int:
+    """How many times the gate found the version not yet usable and waited (its log)."""
+    return sum("; checking again in" in entry["event"] for entry in logs)
+
+
 def test_wait_for_ready_pokes_until_registration_finishes(mlflow_conn, mlflow_server, make_model):
     name = make_model((0,), champion=1)
     set_status(mlflow_server.db_path, name, "1", "PENDING_REGISTRATION")
-    finish = threading.Timer(1.0, set_status, (mlflow_server.db_path, name, "1", "READY"))
+    ready_from: list[float] = []
+
+    def finish_registration() -> None:
+        ready_from.append(time.monotonic())  # before the write: the gate cannot see READY earlier
+        set_status(mlflow_server.db_path, name, "1", "READY")
+
+    finish = threading.Timer(1.0, finish_registration)
+    timeout = 30
+    started = time.monotonic()
     finish.start()
     try:
-        started = time.monotonic()
-        pinned = run_gate(model_name=name, wait_for_ready_timeout=30, poke_interval=0.2)
+        with capture_logs() as logs:
+            pinned = run_gate(model_name=name, wait_for_ready_timeout=timeout, poke_interval=0.2)
+        returned = time.monotonic()
     finally:
         finish.join()
     assert pinned["version"] == "1"
-    assert 0.9 < time.monotonic() - started < 10
+    # It waited while the version was registering, and returned once it was READY, not at
+    # its timeout (a gate that slept through the timeout would return after it).
+    assert pokes(logs) >= 1
+    assert ready_from[0] < returned < started + timeout
 
 
 def test_wait_for_ready_gives_up_after_the_timeout(mlflow_conn, mlflow_server, make_model):
     name = make_model((0,), champion=1)
     set_status(mlflow_server.db_path, name, "1", "PENDING_REGISTRATION")
+    timeout, poke_interval = 0.6, 0.2
     started = time.monotonic()
-    with pytest.raises(AirflowFailException, match=r"status is PENDING_REGISTRATION after waiting 0.6s"):
-        run_gate(model_name=name, wait_for_ready_timeout=0.6, poke_interval=0.2)
-    assert 0.5 < time.monotonic() - started < 5
+    with (
+        capture_logs() as logs,
+        pytest.raises(AirflowFailException, match=r"status is PENDING_REGISTRATION after waiting 0.6s"),
+    ):
+        run_gate(model_name=name, wait_for_ready_timeout=timeout, poke_interval=poke_interval)
+    # It waited its whole timeout, then gave up: no more checks than the timeout leaves room
+    # for, however slowly each one went.
+    assert time.monotonic() - started >= timeout
+    assert 1 <= pokes(logs) <= round(timeout / poke_interval) + 1
 
 
 def test_failed_registration_fails_at_once_even_when_waiting(mlflow_conn, mlflow_server, make_model):
     name = make_model((0,), champion=1)
     set_status(mlflow_server.db_path, name, "1", "FAILED_REGISTRATION")
+    timeout = 30
     started = time.monotonic()
-    with pytest.raises(AirflowFailException, match="status is FAILED_REGISTRATION"):
-        run_gate(model_name=name, wait_for_ready_timeout=30, poke_interval=0.2)
-    assert time.monotonic() - started < 5
+    with capture_logs() as logs, pytest.raises(AirflowFailException, match="status is FAILED_REGISTRATION"):
+        run_gate(model_name=name, wait_for_ready_timeout=timeout, poke_interval=0.2)
+    # Not one check more: a version that failed to register never becomes READY.
+    assert pokes(logs) == 0
+    assert time.monotonic() - started < timeout
 
 
 # -- checks ---------------------------------------------------------------------------------
