@@ -249,6 +249,8 @@ class LocalStack:
     extra_env: dict[str, str] = field(default_factory=dict)
     # Where the MLflow server keeps artifacts; default: a folder of the state dir.
     artifacts_destination: str | None = None
+    # The MLflow server's backend store (SQLAlchemy URI); default: SQLite in the state dir.
+    mlflow_store_uri: str | None = None
     api_port: int = 8080
     # Airflow's log servers (worker, triggerer) are not started (see start_airflow_services);
     # should one start anyway, it must not take the fixed default another stack here holds.
@@ -328,7 +330,7 @@ class LocalStack:
                 str(VENV_BIN / "mlflow"),
                 "server",
                 "--backend-store-uri",
-                f"sqlite:///{self.mlflow_db}",
+                self.mlflow_store_uri or f"sqlite:///{self.mlflow_db}",
                 "--artifacts-destination",
                 self.artifacts_destination or str(store / "artifacts"),
                 "--host",
@@ -341,7 +343,9 @@ class LocalStack:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=self.env(),
+            # No MLflow server jobs run here (GenAI evaluation, trace roll-ups); their three
+            # consumer processes would only make every start (and restart) seconds slower.
+            env={**self.env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         )
 
         def healthy() -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faults_support import BASE_DS, BASE_ROWS, EXPERIMENT, JobRunner
+from faults_support import BASE_DS, BASE_ROWS, BASE_SEED, EXPERIMENT, JobRunner
 from local_stack import LocalStack, free_port
 from package_jobs import package_jobs
 
@@ -104,7 +104,7 @@ def base_partition(faults_stack, ingest_spark) -> str:
     from spark_jobs.ingest import ingest_partition
     from spark_jobs.sample_data import write_drop
 
-    write_drop(faults_stack.dataset("raw"), BASE_DS, BASE_ROWS, seed=11)
+    write_drop(faults_stack.dataset("raw"), BASE_DS, BASE_ROWS, seed=BASE_SEED)
     report = ingest_partition(
         ingest_spark,
         raw_path=str(faults_stack.raw_drop(BASE_DS)),

@@ -167,6 +167,7 @@ def training(faults_stack, base_partition, operator_env, mlflow_client):
 
     experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
     runs = mlflow_client.search_runs([experiment.experiment_id], f"tags.fault_scenario = '{scenario}'")
+    seen["attempts_with_a_run"] = sorted(int(run.data.tags["attempt"]) for run in runs)
     seen["runs"] = {
         int(run.data.tags["attempt"]): {
             "run_id": run.info.run_id,
@@ -199,15 +200,16 @@ def test_killed_rank_fails_the_job_and_leaves_nothing_running(training):
 
 def test_no_model_is_logged_for_the_killed_attempts(training):
     runs = training["runs"]
+    # One run per attempt, none missing: each run is created before its ranks start, and the
+    # test acted on attempts 1 and 2 only once their ranks were running.
+    assert training["attempts_with_a_run"] == [1, 2, 3], training["runs"]
     for attempt in (1, 2):
-        if attempt in runs:  # the run is created before the ranks start, so it exists
-            assert runs[attempt]["models"] == [], f"attempt {attempt} logged a model: {runs[attempt]}"
+        assert runs[attempt]["models"] == [], f"attempt {attempt} logged a model: {runs[attempt]}"
     # The killed attempt's run is not left RUNNING: either the retry closed it as KILLED
     # (the driver died before ending it), or the driver ended it as FAILED itself (its JVM,
     # signalled a moment earlier, was gone and the Spark call in flight raised). Which one
     # happens is a race between the signals; close_abandoned_runs has its own unit test.
-    if 1 in runs:
-        assert runs[1]["status"] in ("KILLED", "FAILED"), runs[1]
+    assert runs[1]["status"] in ("KILLED", "FAILED"), runs[1]
     assert runs[2]["status"] == "FAILED", runs[2]
 
 
