@@ -15,7 +15,7 @@ import datetime as dt
 
 from benchmarks.core import BenchResult, Ratio, Target, log
 from benchmarks.data import write_curated_days
-from benchmarks.env import BenchEnv, Benchmark
+from benchmarks.env import MODEL_WORKFLOW, BenchEnv, Benchmark
 from benchmarks.sizes import Sizes, backfill_ranges
 
 FIRST_DAY = dt.date(2026, 8, 1)
@@ -34,6 +34,8 @@ class BackfillBench(Benchmark):
         return self.env.submit_job(
             "score",
             [
+                "--workflow",
+                MODEL_WORKFLOW,
                 "--model",
                 self.env.model_uri(),
                 "--input-data",

@@ -32,6 +32,8 @@ SPARK_MASTER = "local[2]"
 # benchmark asking for it explicitly reuses the running session instead of restarting it.
 IN_PROCESS_CONF = {"spark.ui.enabled": "false", "spark.executorEnv.OMP_NUM_THREADS": "1"}
 SUBMIT_TIMEOUT_S = 900
+# The workflow of the model every scoring benchmark uses.
+MODEL_WORKFLOW = "mnist"
 
 
 @dataclass
@@ -51,7 +53,7 @@ class Submitted:
 
 
 class SingleProcess:
-    """The :class:`spark_jobs.train.Collective` of one process: nothing to communicate.
+    """The :class:`spark_jobs.training.collectives.Collective` of one process: nothing to communicate.
 
     Lets the training job's own per-rank loop run as a plain single-process torch loop.
     """
@@ -172,10 +174,12 @@ class BenchEnv:
 
     # --- the model every scoring benchmark uses ------------------------------------
     def model_uri(self) -> str:
-        """``models:/<name>/<version>`` of a briefly trained CNN, logged and registered once.
+        """``models:/<name>/<version>`` of a briefly trained CNN (the MNIST workflow's),
+        logged and registered once.
 
-        Logged by the training job's ``log_trained_model`` (TorchScript, signature, input
-        example) and made a passed ``champion``, so the DAGs' gates accept it too.
+        Logged by the training job's ``log_trained_model`` (TorchScript, tensor signature,
+        input example, the workflow in its metadata) and made a passed ``champion``, so the
+        DAGs' gates accept it too.
         """
         if self._model_uri is None:
             self._model_uri = self._register_model()
@@ -186,16 +190,20 @@ class BenchEnv:
         from gpu_check import write_rank_shards
         from mlflow import MlflowClient
 
-        from spark_jobs.train import TrainConfig, log_trained_model, train_rank
+        from spark_jobs import workflows
+        from spark_jobs.training.loop import TrainConfig, train_rank
+        from spark_jobs.training.model_logging import log_trained_model
 
+        workflow = workflows.load(MODEL_WORKFLOW)
         shard_dir = self.work / "model-shards"
         shard_dir.mkdir(exist_ok=True)
-        files = write_rank_shards(shard_dir, 1, 1000)
-        trained = train_rank(SingleProcess(), TrainConfig(epochs=1, threads_per_rank=2), files, None)
+        files = write_rank_shards(shard_dir, 1, 1000, workflow.name)
+        config = TrainConfig.for_workflow(workflow, epochs=1, threads_per_rank=2)
+        trained = train_rank(SingleProcess(), config, files, None)
         spark = self._spark or self.spark()
         mlflow.set_experiment("benchmarks")
         with mlflow.start_run(run_name="benchmark model"):
-            logged_uri = log_trained_model(trained["state_dict"], spark.read.parquet(files[0]))
+            logged_uri = log_trained_model(workflow, trained["state_dict"], spark.read.parquet(files[0]))
         name = self.cfg.model_name
         version = mlflow.register_model(logged_uri, name).version
         client = MlflowClient()

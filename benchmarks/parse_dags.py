@@ -1,6 +1,6 @@
 """Parse time of DAG files with Airflow's own DagBag; run in the stack's environment.
 
-    python -m benchmarks.parse_dags --repeats 5 dags/ml_nightly_retrain.py ...
+    python -m benchmarks.parse_dags --repeats 5 dags/nightly_retrain.py ...
 
 Prints ``{"<file>": {"cold": [s, ...], "warm": [s, ...]}}`` as JSON on its last line.
 

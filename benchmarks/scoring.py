@@ -1,20 +1,24 @@
 """Scoring: rows/s of the score job against its ceiling and two naive UDFs.
 
-- **score job**: ``spark_jobs.score.score_partitions`` (mlflow ``spark_udf`` with the
-  pinned model, read, score, replace the partition, read the counts back) on local[2],
-  in one warm session (steady state) and through ``spark-submit`` (end to end, JVM start
-  and model download included).
-- **ceiling**: the same model (``mlflow.pytorch.load_model``) in one Python process,
-  over the same rows already in memory as a float32 array, batched like Arrow batches,
-  with 2 torch threads; and, as a diagnostic, ``pyfunc.predict`` on pandas batches.
+- **score job**: ``spark_jobs.score.score_partitions`` (``mapInArrow`` over the dense
+  ``features`` column with the pinned model: read, score, replace the partition, read the
+  counts back) on local[2], in one warm session (steady state) and through
+  ``spark-submit`` (end to end, JVM start and model download included).
+- **ceiling**: the same model (``mlflow.pytorch.load_model``) in one Python process, over
+  the same rows already in memory as the decoded ``uint8 [n, 28, 28]`` array, in the
+  forward chunks the score job uses, with 2 torch threads; and, as a diagnostic,
+  ``pyfunc.predict`` on the same arrays.
 - **per-batch-load UDF**: a pandas UDF that loads the model from the registry in every
   Arrow batch; **closure UDF**: a model captured from the driver in the UDF's closure.
-  Both are read -> UDF -> write jobs that do less than the score job (no counts).
-- **no-op UDF** (diagnostic): the same job with a UDF that returns nothing useful: what
-  moving 784 integer columns from Parquet through the JVM to pandas and back costs.
+  Both are read -> UDF -> write jobs over the ``features`` column that do less than the
+  score job (no counts).
+- **no-op mapInArrow** (diagnostic): the score job's data path with a function that
+  returns nothing useful: what moving the dense column from Parquet through the JVM to
+  Arrow and back costs.
 
-Settings that matter are tuned first on a smaller partition, in the same session:
-Arrow batch size, torch threads per Python worker, input partitions.
+Settings that matter are tuned first on a smaller partition, in the same session: Arrow
+batch size, CPUs per task (``spark.task.cpus``: the torch threads each scoring task
+uses), input partitions.
 """
 
 from __future__ import annotations
@@ -28,28 +32,44 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.core import BenchResult, Ratio, Target, log, repeat
-from benchmarks.data import read_pixels, write_curated_day
-from benchmarks.env import BenchEnv, Benchmark
+from benchmarks.data import write_curated_day
+from benchmarks.env import MODEL_WORKFLOW, BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
 
 MAIN_DS, TUNE_DS, NAIVE_DS, WARM_DS = "2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"
 WARM_ROWS = 2000
 ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
-WORKER_THREADS = "spark.executorEnv.OMP_NUM_THREADS"
+TASK_CPUS = "spark.task.cpus"
 MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
 SPARK_DEFAULTS = {
     ARROW_BATCH: "10000",
-    WORKER_THREADS: "1 (Spark's default: spark.task.cpus)",
+    TASK_CPUS: "1 (2 tasks at a time on local[2], 1 torch thread each)",
     MAX_PARTITION_BYTES: "128m",
 }
 
 
 def tuning_grid() -> list[dict[str, str]]:
-    """Arrow batch x torch threads per worker, then input split size at the default batch."""
-    grid = [{WORKER_THREADS: str(threads), ARROW_BATCH: str(batch)} for threads in (1, 2) for batch in (10000, 50000)]
+    """Arrow batch x CPUs per task, then input split size at the default batch."""
+    grid = [{TASK_CPUS: str(cpus), ARROW_BATCH: str(batch)} for cpus in (1, 2) for batch in (10000, 50000)]
     # Small splits: more, smaller input partitions (better balance across the 2 slots).
-    grid.append({WORKER_THREADS: "1", ARROW_BATCH: "10000", MAX_PARTITION_BYTES: "4m"})
+    grid.append({TASK_CPUS: "1", ARROW_BATCH: "10000", MAX_PARTITION_BYTES: "4m"})
     return grid
+
+
+def workflow():
+    from spark_jobs import workflows
+
+    return workflows.load(MODEL_WORKFLOW)
+
+
+def read_features(partition) -> np.ndarray:
+    """All rows' features of a curated partition, decoded (``[rows, *shape]``), in memory."""
+    import pyarrow.parquet as pq
+
+    from spark_jobs.features import FEATURES_COL, decode
+
+    table = pq.read_table(partition, columns=[FEATURES_COL])
+    return np.array(decode(table.column(FEATURES_COL), workflow().features))
 
 
 class ScoringBench(Benchmark):
@@ -67,27 +87,28 @@ class ScoringBench(Benchmark):
         from spark_jobs.score import score_partitions
 
         started = time.perf_counter()
-        report = score_partitions(spark, pin_model(self.env.model_uri()), str(self.curated), str(self.scored), ds, ds)
+        model = pin_model(self.env.model_uri())
+        report = score_partitions(spark, model, workflow(), str(self.curated), str(self.scored), ds, ds)
         seconds = time.perf_counter() - started
         if report["written"] != report["rows_in"]:
             raise RuntimeError(f"score job wrote {report['written']}, read {report['rows_in']}")
         return seconds
 
     def udf_job_seconds(self, spark, ds: str, udf) -> float:
-        """read -> ``udf`` -> write Parquet: the plain job around a baseline UDF."""
-        from pyspark.sql import functions as F
-
+        """read -> ``udf`` (a column function, or a ``mapInArrow`` function) -> write Parquet:
+        the plain job around a baseline."""
+        from spark_jobs.features import FEATURES_COL
         from spark_jobs.partitions import read_partitions
-        from spark_jobs.schema import PIXEL_COLS, ROW_ID_COL
+        from spark_jobs.schema import ROW_ID_COL
 
         out = self.env.work / "scoring" / "baseline-out"
         started = time.perf_counter()
-        (
-            read_partitions(spark, str(self.curated), ds, ds)
-            .select(ROW_ID_COL, udf(F.struct(*PIXEL_COLS)).alias("probs"))
-            .write.mode("overwrite")
-            .parquet(str(out))
-        )
+        curated_df = read_partitions(spark, str(self.curated), ds, ds).select(ROW_ID_COL, FEATURES_COL)
+        if isinstance(udf, MapFunction):
+            scored_df = curated_df.mapInArrow(udf.fn, udf.schema)
+        else:
+            scored_df = curated_df.select(ROW_ID_COL, udf(FEATURES_COL).alias("probs"))
+        scored_df.write.mode("overwrite").parquet(str(out))
         seconds = time.perf_counter() - started
         shutil.rmtree(out, ignore_errors=True)
         return seconds
@@ -101,10 +122,10 @@ class ScoringBench(Benchmark):
         }[ds]
 
     def session(self, conf: dict[str, str]):
-        """A session with ``conf``: the worker threads need a new one (Python workers read
-        them at start), and it is warmed up (workers started, model loaded) when new;
-        the SQL settings apply to the next query."""
-        spark = self.env.spark({WORKER_THREADS: conf[WORKER_THREADS]})
+        """A session with ``conf``: CPUs per task need a new one (read when Spark starts),
+        and it is warmed up (workers started, model loaded) when new; the SQL settings
+        apply to the next query."""
+        spark = self.env.spark({TASK_CPUS: conf[TASK_CPUS]})
         if self._warmed is not spark:
             # Twice, the second time on the tuning rows: JIT and caches warm for wide rows too.
             self.score_job_seconds(spark, WARM_DS)
@@ -132,7 +153,7 @@ class ScoringBench(Benchmark):
 
     def tune(self) -> dict[str, str]:
         if self.sizes.score_tuning == "off":
-            return {WORKER_THREADS: "1", ARROW_BATCH: "10000"}
+            return {TASK_CPUS: "1", ARROW_BATCH: "10000"}
         rows = self.rows(TUNE_DS)
         trials = []
         for conf in tuning_grid():
@@ -144,7 +165,7 @@ class ScoringBench(Benchmark):
         self.result.tables["tuning (score job, in-session, one run each)"] = [
             {
                 "arrow_batch": t[ARROW_BATCH],
-                "torch_threads_per_worker": t[WORKER_THREADS],
+                "task_cpus (torch threads per task)": t[TASK_CPUS],
                 "max_partition_bytes": t.get(MAX_PARTITION_BYTES, "128m (default)"),
                 "rows_per_second": t["rows_per_second"],
             }
@@ -159,6 +180,7 @@ class ScoringBench(Benchmark):
         batch = int(chosen[ARROW_BATCH])
         r.settings = {
             "model": self.env.model_uri(),
+            "workflow": MODEL_WORKFLOW,
             "master": "local[2]",
             "rows": s.score_rows,
             "parquet_files": s.score_files,
@@ -188,13 +210,13 @@ class ScoringBench(Benchmark):
         self.closure(spark)
         r.add(
             "transfer_floor",
-            "no-op pandas UDF over the same struct of 784 columns (diagnostic)",
+            "no-op mapInArrow over the same dense features column (diagnostic)",
             "rows/s",
             [
                 main_rows / t
-                for t in repeat(max(1, s.repeats - 2), lambda: self.udf_job_seconds(spark, MAIN_DS, noop_udf()))
+                for t in repeat(max(1, s.repeats - 2), lambda: self.udf_job_seconds(spark, MAIN_DS, noop_map()))
             ],
-            note="JVM Parquet -> rows -> Arrow -> pandas and back, no model",
+            note="JVM Parquet -> Arrow -> Python and back, no model",
         )
         self.env.stop_spark()
 
@@ -214,7 +236,7 @@ class ScoringBench(Benchmark):
             Ratio("score_job", "ceiling", "score job / ceiling"),
             Ratio("score_job", "per_batch_load", "score job / per-batch-load UDF"),
             Ratio("pyfunc_in_process", "ceiling", "pyfunc predict in-process / ceiling"),
-            Ratio("transfer_floor", "ceiling", "no-op UDF (data movement alone) / ceiling"),
+            Ratio("transfer_floor", "ceiling", "no-op mapInArrow (data movement alone) / ceiling"),
         ]
         if "closure" in r.measurements:
             r.ratios.append(Ratio("score_job", "closure", "score job / closure UDF"))
@@ -225,7 +247,18 @@ class ScoringBench(Benchmark):
         return r
 
     def score_args(self, ds: str) -> list[str]:
-        return ["--model", self.env.model_uri(), "--input-data", self.curated, "--ds", ds, "--scored-data", self.scored]
+        return [
+            "--workflow",
+            MODEL_WORKFLOW,
+            "--model",
+            self.env.model_uri(),
+            "--input-data",
+            self.curated,
+            "--ds",
+            ds,
+            "--scored-data",
+            self.scored,
+        ]
 
     def udf_rates(self, spark, udf) -> list[float]:
         rows = self.rows(NAIVE_DS)
@@ -233,16 +266,17 @@ class ScoringBench(Benchmark):
         return [rows / t for t in repeat(self.sizes.repeats, lambda: self.udf_job_seconds(spark, NAIVE_DS, udf))]
 
     def closure(self, spark) -> None:
-        """A model captured from the driver: the pyfunc model (TorchScript) cannot be
+        """A model captured from the driver: the pyfunc model (TorchScript inside) cannot be
         pickled; an eager ``nn.Module`` with the same weights can, and is measured."""
         import mlflow.pyfunc
         import torch
 
-        from spark_jobs.model import MnistNet
+        from spark_jobs.workflows.mnist import MnistNet
 
         pyfunc_model = mlflow.pyfunc.load_model(self.env.model_uri())
+        layout = workflow().features
         try:
-            self.udf_job_seconds(spark, WARM_DS, closure_udf(pyfunc_model.predict))
+            self.udf_job_seconds(spark, WARM_DS, closure_udf(pyfunc_model.predict, layout))
             self.result.notes.append("closure UDF: the pyfunc model captured in the closure ran")
         except Exception as err:  # the failure is the finding
             message = str(err).strip().splitlines()[0][:300]
@@ -256,42 +290,44 @@ class ScoringBench(Benchmark):
         net.load_state_dict(scripted.net.state_dict())
         net.eval()
 
-        def eager_predict(pixels: pd.DataFrame) -> np.ndarray:
+        def eager_predict(features: np.ndarray) -> np.ndarray:
             with torch.no_grad():
-                return torch.exp(net(torch.from_numpy(pixels.to_numpy(dtype=np.float32)))).numpy()
+                return torch.exp(net(torch.from_numpy(features))).numpy()
 
         self.result.add(
             "closure",
             "pandas UDF with an eager model captured in its closure",
             "rows/s",
-            self.udf_rates(spark, closure_udf(eager_predict)),
+            self.udf_rates(spark, closure_udf(eager_predict, layout)),
             note=f"{self.sizes.score_naive_rows:,} rows",
         )
 
     def ceiling(self, batch: int, curve: dict[str, float]) -> None:
-        """Pure torch on in-memory rows (2 threads), and pyfunc.predict on pandas batches."""
+        """Pure torch on in-memory rows (2 threads), and pyfunc.predict on the same arrays."""
         import mlflow.pyfunc
         import mlflow.pytorch
         import torch
 
+        from spark_jobs.inference import FORWARD_ROWS
+
         torch.set_num_threads(2)
-        pixels = read_pixels(self.curated / f"ds={MAIN_DS}")
+        features = read_features(self.curated / f"ds={MAIN_DS}")
         model = mlflow.pytorch.load_model(self.env.model_uri())
 
         def torch_seconds(x: np.ndarray) -> float:
             started = time.perf_counter()
             with torch.no_grad():
-                for first in range(0, len(x), batch):
-                    model(torch.from_numpy(x[first : first + batch]))
+                for first in range(0, len(x), FORWARD_ROWS):
+                    model(torch.from_numpy(x[first : first + FORWARD_ROWS]))
             return time.perf_counter() - started
 
-        torch_seconds(pixels[:batch])  # warm-up
+        torch_seconds(features[:batch])  # warm-up
         self.result.add(
             "ceiling",
             "ceiling: torch, rows in memory, 2 threads",
             "rows/s",
-            [len(pixels) / t for t in repeat(self.sizes.repeats, lambda: torch_seconds(pixels))],
-            note=f"batches of {batch:,}",
+            [len(features) / t for t in repeat(self.sizes.repeats, lambda: torch_seconds(features))],
+            note=f"forward passes of {FORWARD_ROWS:,} rows, as the score job's",
         )
 
         def load_seconds() -> float:
@@ -307,24 +343,21 @@ class ScoringBench(Benchmark):
             note="mlflow.pyfunc.load_model(models:/...) here",
         )
         pyfunc_model = mlflow.pyfunc.load_model(self.env.model_uri())
-        sample = pixels[: max(batch, len(pixels) // 4)]
-        frames = [
-            pd.DataFrame(sample[first : first + batch].astype(np.int32), columns=pyfunc_columns(pyfunc_model))
-            for first in range(0, len(sample), batch)
-        ]
+        sample = features[: max(batch, len(features) // 4)]
+        chunks = [sample[first : first + batch] for first in range(0, len(sample), batch)]
 
         def pyfunc_seconds() -> float:
             started = time.perf_counter()
-            for frame in frames:
-                pyfunc_model.predict(frame)
+            for chunk in chunks:
+                pyfunc_model.predict(chunk)
             return time.perf_counter() - started
 
         self.result.add(
             "pyfunc_in_process",
-            "pyfunc.predict in-process on pandas batches (diagnostic)",
+            "pyfunc.predict in-process on array batches (diagnostic)",
             "rows/s",
             [len(sample) / t for t in repeat(self.sizes.repeats, pyfunc_seconds)],
-            note=f"{len(sample):,} rows; schema enforcement + DataFrame -> tensor, no Spark",
+            note=f"{len(sample):,} rows in batches of {batch:,}; tensor schema enforcement, no Spark",
         )
         sizes = sorted(curve, key=self.rows)
         self.result.series["throughput_vs_rows"] = {
@@ -335,7 +368,7 @@ class ScoringBench(Benchmark):
                 "score job (warm session)": {"x": [self.rows(ds) for ds in sizes], "y": [curve[ds] for ds in sizes]},
                 "ceiling (torch in memory)": {
                     "x": [self.rows(ds) for ds in sizes],
-                    "y": [self.rows(ds) / torch_seconds(pixels[: self.rows(ds)]) for ds in sizes],
+                    "y": [self.rows(ds) / torch_seconds(features[: self.rows(ds)]) for ds in sizes],
                 },
             },
         }
@@ -346,8 +379,17 @@ class ScoringBench(Benchmark):
             }
 
 
-def pyfunc_columns(model) -> list[str]:
-    return model.metadata.get_input_schema().input_names()
+class MapFunction:
+    """A ``mapInArrow`` function and its output schema (what :meth:`ScoringBench.udf_job_seconds` runs)."""
+
+    def __init__(self, fn: Callable, schema: str) -> None:
+        self.fn, self.schema = fn, schema
+
+
+def _decoded(features: pd.Series, layout) -> np.ndarray:
+    """A pandas UDF's batch of ``features`` values as ``[n, *shape]`` (one join, one frombuffer)."""
+    flat = np.frombuffer(b"".join(features), dtype=layout.numpy_dtype)
+    return flat.reshape(len(features), *layout.shape)
 
 
 def per_batch_load_udf(model_uri: str):
@@ -355,35 +397,40 @@ def per_batch_load_udf(model_uri: str):
     from pyspark.sql import types as T
     from pyspark.sql.functions import pandas_udf
 
+    layout = workflow().features
+
     @pandas_udf(T.ArrayType(T.FloatType()))
-    def predict(pixels: pd.DataFrame) -> pd.Series:
+    def predict(features: pd.Series) -> pd.Series:
         import mlflow.pyfunc
 
         model = mlflow.pyfunc.load_model(model_uri)
-        return pd.Series(list(np.asarray(model.predict(pixels), dtype=np.float32)))
+        return pd.Series(list(np.asarray(model.predict(_decoded(features, layout)), dtype=np.float32)))
 
     return predict
 
 
-def noop_udf():
-    """Moves the rows to Python and a zero back: what the data movement alone costs."""
+def noop_map() -> MapFunction:
+    """Moves the rows to Python and a zero per row back: what the data movement alone costs."""
+
+    def nothing(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("row_id"), pa.array(np.zeros(batch.num_rows, dtype=np.float32))],
+                names=["row_id", "probs"],
+            )
+
+    return MapFunction(nothing, "row_id long, probs float")
+
+
+def closure_udf(predict_fn: Callable[[np.ndarray], Any], layout):
+    """A pandas UDF calling ``predict_fn`` on the decoded batch; Spark pickles it with the UDF."""
     from pyspark.sql import types as T
     from pyspark.sql.functions import pandas_udf
 
     @pandas_udf(T.ArrayType(T.FloatType()))
-    def nothing(pixels: pd.DataFrame) -> pd.Series:
-        return pd.Series([np.zeros(1, dtype=np.float32)] * len(pixels))
-
-    return nothing
-
-
-def closure_udf(predict_fn: Callable[[pd.DataFrame], Any]):
-    """A pandas UDF calling ``predict_fn``, which Spark pickles with the UDF."""
-    from pyspark.sql import types as T
-    from pyspark.sql.functions import pandas_udf
-
-    @pandas_udf(T.ArrayType(T.FloatType()))
-    def predict(pixels: pd.DataFrame) -> pd.Series:
-        return pd.Series(list(np.asarray(predict_fn(pixels), dtype=np.float32)))
+    def predict(features: pd.Series) -> pd.Series:
+        return pd.Series(list(np.asarray(predict_fn(_decoded(features, layout)), dtype=np.float32)))
 
     return predict

@@ -27,7 +27,7 @@ class Sizes:
     # Ingest: rows of the raw CSV drop (20k rows are 40 MB of CSV).
     ingest_rows: int = 20_000
     # Orchestration: the DAG timed per task, rows per daily drop it processes.
-    orchestration_dag: str = "ml_nightly_retrain"
+    orchestration_dag: str = "mnist_nightly_retrain"
     orchestration_rows: int = 5000
     # Backfill: ranges to score, rows per day, how many daily submits are timed (the
     # per-day median times N gives the daily wall time of longer ranges).
@@ -51,7 +51,7 @@ PRESETS = {
         train_rows=1000,
         train_epochs=1,
         ingest_rows=1500,
-        orchestration_dag="ml_batch_scoring",
+        orchestration_dag="mnist_batch_scoring",
         orchestration_rows=500,
         backfill_days="1,3",
         backfill_rows_per_day=200,

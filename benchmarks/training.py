@@ -1,13 +1,14 @@
 """Training: samples/s of the Horovod job (2 ranks) vs. a single-process torch loop.
 
-- **Horovod job**: ``spark-submit spark_jobs/entrypoints/train.py --backend horovod
-  --num-ranks 2`` on local[2], each rank on 1 torch thread; samples/s is the job's own
-  figure (all ranks' samples over the training loop's time, from the manifest).
+- **Horovod job**: ``spark-submit spark_jobs/entrypoints/train.py --workflow mnist
+  --backend horovod --num-ranks 2`` on local[2], each rank on 1 torch thread; samples/s is
+  the job's own figure (all ranks' samples over the training loop's time, from the manifest).
 - **TorchDistributor job**: the same with ``--backend torch_distributor``.
-- **single process**: the job's own per-rank loop (``spark_jobs.train.train_rank``)
+- **single process**: the job's own per-rank loop (``spark_jobs.training.loop.train_rank``)
   in this process with a one-process collective, 2 torch threads, over the same shards
-  the job trains on; once with the same global batch as 2 ranks (2 x 32) and once with
-  the per-rank batch (32). The faster one is the baseline.
+  (``label`` and the dense ``features`` column) the job trains on; once with the same
+  global batch as 2 ranks (2 x 32) and once with the per-rank batch (32). The faster one
+  is the baseline.
 - **start-up**: submit to the first training step, from the wall clock at submit and the
   rank's first step (rank 0's last epoch metric in MLflow minus the loop's duration).
 """
@@ -22,6 +23,7 @@ from benchmarks.env import BenchEnv, Benchmark, SingleProcess, Submitted
 from benchmarks.sizes import Sizes
 
 DS = "2026-09-01"
+WORKFLOW = "mnist"
 RANKS = 2
 BATCH = 32  # the nightly default, per rank
 
@@ -44,6 +46,8 @@ class TrainingBench(Benchmark):
         submitted: Submitted = self.env.submit_job(
             "train",
             [
+                "--workflow",
+                WORKFLOW,
                 "--curated-root",
                 self.curated,
                 "--start-ds",
@@ -88,7 +92,7 @@ class TrainingBench(Benchmark):
         """The shards the job trains on: same split, same files (written here by Spark)."""
         from spark_jobs.dataset import filter_training_rows
         from spark_jobs.partitions import read_partitions
-        from spark_jobs.train import write_training_shards
+        from spark_jobs.training.shards import write_training_shards
 
         spark = self.env.spark()
         window_df = read_partitions(spark, str(self.curated), DS, DS)
@@ -96,9 +100,12 @@ class TrainingBench(Benchmark):
         return write_training_shards(train_df, str(self.root / "shards"), RANKS)
 
     def single_process_sps(self, files: list[str], batch: int) -> float:
-        from spark_jobs.train import TrainConfig, train_rank
+        from spark_jobs import workflows
+        from spark_jobs.training.loop import TrainConfig, train_rank
 
-        config = TrainConfig(epochs=self.sizes.train_epochs, batch_size=batch, threads_per_rank=RANKS)
+        config = TrainConfig.for_workflow(
+            workflows.load(WORKFLOW), epochs=self.sizes.train_epochs, batch_size=batch, threads_per_rank=RANKS
+        )
         return train_rank(SingleProcess(), config, files, None)["history"][-1]["samples_per_second"]
 
     def run(self) -> BenchResult:

@@ -47,21 +47,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def write_curated_partition(curated_root: Path, ds: str, rows: int) -> None:
+def write_curated_partition(curated_root: Path, ds: str, rows: int, workflow: str = "mnist") -> None:
     """One curated ``ds`` partition in the ingest job's schema, without a Spark job (for
     tests whose subject comes after ingest)."""
     import numpy as np
-    import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
 
+    from spark_jobs import workflows
     from spark_jobs.sample_data import make_rows
-    from spark_jobs.schema import CURATED_SCHEMA, LABEL_COL, PIXEL_COLS, ROW_ID_COL
+    from spark_jobs.schema import curated_arrow_table
 
-    labels, pixels = make_rows(ds, rows)
-    columns = {ROW_ID_COL: np.arange(rows, dtype=np.int64), LABEL_COL: labels.astype(np.int32)}
-    columns.update({name: pixels[:, i].astype(np.int32) for i, name in enumerate(PIXEL_COLS)})
-    table = pa.Table.from_pydict(columns, schema=to_arrow_schema(CURATED_SCHEMA))
+    wf = workflows.load(workflow)
+    labels, features = make_rows(wf, ds, rows)
+    table = curated_arrow_table(wf, np.arange(rows), labels, features)
     partition = curated_root / f"ds={ds}"
     partition.mkdir(parents=True)
     pq.write_table(table, partition / "part-00000.parquet")
@@ -497,10 +495,16 @@ class LocalStack:
             return err.code, json.loads(err.read() or b"{}")
 
     def airflow(
-        self, *args: str, check: bool = True, timeout: float | None = None, **kwargs
+        self, *args: str, check: bool = True, timeout: float | None = None, env: dict[str, str] | None = None, **kwargs
     ) -> subprocess.CompletedProcess:
+        """An ``airflow`` CLI command in this stack's environment (plus ``env``)."""
         return subprocess.run(
-            [str(VENV_BIN / "airflow"), *args], env=self.env(), check=check, timeout=timeout, text=True, **kwargs
+            [str(VENV_BIN / "airflow"), *args],
+            env={**self.env(), **(env or {})},
+            check=check,
+            timeout=timeout,
+            text=True,
+            **kwargs,
         )
 
     def migrate(self) -> None:
@@ -508,11 +512,13 @@ class LocalStack:
         self.airflow("db", "migrate", stdout=subprocess.DEVNULL)
         self.airflow("pools", "import", str(REPO / "conf" / "pools.json"), stdout=subprocess.DEVNULL)
 
-    def generate_drops(self, days: list[str], rows: int, seed: int = 0) -> None:
-        cmd = [str(VENV_BIN / "python"), "-m", "spark_jobs.sample_data", "--rows", str(rows), "--seed", str(seed)]
+    def generate_drops(self, days: list[str], rows: int, seed: int = 0, workflow: str = "mnist") -> None:
+        """The workflow's offline sample data as the days' raw drops (``raw/<workflow>/ds=<ds>``)."""
+        cmd = [str(VENV_BIN / "python"), "-m", "spark_jobs.sample_data", "--workflow", workflow]
+        cmd += ["--rows", str(rows), "--seed", str(seed)]
         for ds in days:
             cmd += ["--ds", ds]
-        cmd += ["--out", str(self.storage_root / "raw" / "mnist")]
+        cmd += ["--out", str(self.storage_root / "raw" / workflow)]
         subprocess.run(cmd, cwd=REPO, check=True, env=self.env())
 
     def spark_submit_command(self, job: str, args: list[str], *, archive: Path) -> tuple[list[str], dict[str, str]]:

@@ -14,13 +14,19 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "build" / "spark_jobs.zip"
 
 
-def package_jobs(output: Path = DEFAULT_OUTPUT) -> Path:
-    """Write the archive atomically (a running job never sees a half-written zip)."""
+def package_jobs(output: Path = DEFAULT_OUTPUT, source_root: Path = REPO) -> Path:
+    """Write the archive of ``<source_root>/spark_jobs`` atomically (a running job never sees
+    a half-written zip). The package includes the workflow declarations and their model
+    modules (``spark_jobs/workflows/*.toml``, ``*.py``): a new workflow's two files are in
+    the archive once it is rebuilt."""
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".zip.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
-        for source in sorted((REPO / "spark_jobs").rglob("*.py")):
-            archive.write(source, source.relative_to(REPO).as_posix())
+        # The code, and the workflow declarations the jobs read (spark_jobs/workflows/*.toml).
+        package = source_root / "spark_jobs"
+        sources = [*package.rglob("*.py"), *package.rglob("*.toml")]
+        for source in sorted(p for p in sources if "__pycache__" not in p.parts):
+            archive.write(source, source.relative_to(source_root).as_posix())
     tmp.replace(output)
     return output
 

@@ -1,18 +1,32 @@
-"""Ingest: one day's raw MNIST-format CSV drop -> typed, validated curated Parquet partition.
+"""Ingest: one day's raw CSV drop of a workflow -> typed, validated curated Parquet partition.
 
-Accepts both common MNIST CSV shapes (Kaggle's ``label,pixel0..pixel783`` header, or no
-header at all), plain or compressed (``.csv.gz``, ``.bz2``, ...), UTF-8 with or without a
-byte-order mark. Every non-blank line other than a file's header is counted: it lands
-either in the curated partition or in the quarantine partition with the reason it was
-rejected, so ``rows_in == rows_curated + rows_quarantined`` always holds, whatever a line
-holds (no single row can fail the job). Each run records the counts in a manifest.
+What a valid row is comes from the workflow's declaration (:mod:`spark_jobs.workflows`):
+its raw fields in order (the label, then every feature element), the label's dtype and
+range, and each feature's dtype and range (one range for every element of a tensor layout,
+one per named column of a tabular one). An integer field holds an integer, a ``float32``
+field a decimal number (``-1.5``, ``2e3``; no NaN, no infinity, none of Java's ``1.5f`` or
+``0x1p3``), spaces around a field ignored; nothing is empty. For MNIST that is Kaggle's
+``label,pixel0..pixel783``, label 0..9, pixels 0..255.
 
-Only a file's first non-blank line can be its header, and only the contract's
-``label,pixel0,...,pixel783`` in that order (names compared case-insensitively, spaces and
-double quotes around them ignored). A first line of column names that differs (other
-names, another order) fails the drop naming the file: columns are never mapped by name or
-guessed, since a wrong mapping would publish every label wrong. Column names further down
-a file (concatenated CSVs) are a quarantined row.
+Accepts a header or none, plain or compressed files (``.csv.gz``, ``.bz2``, ...), UTF-8
+with or without a byte-order mark. Every non-blank line other than a file's header is
+counted: it lands either in the curated partition or in the quarantine partition with the
+reason it was rejected, naming the raw field (``pixel12 out of range 0..255: 300``,
+``bmi out of range 5..80: 90.1``), so ``rows_in == rows_curated + rows_quarantined`` always
+holds, whatever a line holds (no single row can fail the job). Each run records the counts
+in a manifest.
+
+A curated row is ``row_id`` (a content hash), ``label`` (int or float, as the workflow
+declares) and ``features``: the row's elements as one dense binary value in the workflow's
+dtype (:mod:`spark_jobs.features`; its ``ml_tensor`` field metadata, shape and dtype, is
+kept in the Parquet footer), see :func:`spark_jobs.schema.curated_schema`.
+
+Only a file's first non-blank line can be its header, and only the workflow's raw fields
+in that order (names compared case-insensitively, spaces and double quotes around them
+ignored). A first line of column names that differs (other names, another order) fails
+the drop naming the file: columns are never mapped by name or guessed, since a wrong
+mapping would publish every label wrong. Column names further down a file (concatenated
+CSVs) are a quarantined row.
 
 A file that cannot be read as UTF-8 text (truncated or corrupt compression, UTF-16,
 binary data) fails the whole drop with an :class:`IngestError` naming the file, before
@@ -34,28 +48,24 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import workflows
+from spark_jobs.features import FEATURES_COL, encode
 from spark_jobs.partitions import parse_ds, partition_path, replace_partitions
-from spark_jobs.schema import (
-    LABEL_COL,
-    LABEL_MAX,
-    LABEL_MIN,
-    NUM_PIXELS,
-    PARTITION_COL,
-    PIXEL_COLS,
-    PIXEL_MAX,
-    PIXEL_MIN,
-    RAW_COLS,
-    ROW_ID_COL,
-)
+from spark_jobs.schema import LABEL_COL, PARTITION_COL, ROW_ID_COL, curated_schema, label_type
 from spark_jobs.session import build_spark_session, configure_job_logging
 from spark_jobs.storage import delete_path, path_exists, read_head, write_json
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from spark_jobs.workflows import TensorFeatures, Workflow
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -67,8 +77,12 @@ SOURCE_FILE_COL = "source_file"
 # every pass over the same files, which is all finding each file's first line needs.
 LINE_ID_COL = "_line_id"
 _BLOCK_START = "_block_start"
-_PLAIN = "_plain"
+_PLAIN_LABEL = "_plain_label"
+_PLAIN_VALUES = "_plain_values"
 _FAST = "_fast"
+# The row's parsed label and feature elements (null where a field is not a number), by
+# the declared dtypes: int for an integer dtype, double for float32 (checked, then rounded).
+_LABEL = "_label"
 _VALUES = "_values"
 # Enough of each file to recognise its encoding; the rows themselves are checked one by one.
 SNIFF_BYTES = 64 * 1024
@@ -211,29 +225,32 @@ def _abbreviated(names: list[str]) -> str:
     return ",".join(shown) + f" ({len(names)} columns)"
 
 
-def check_header(path: str, first_line: str) -> bool:
-    """Whether the file's first line is the contract's header (True) or a data row (False);
+def check_header(path: str, first_line: str, workflow: Workflow) -> bool:
+    """Whether the file's first line is the workflow's header (True) or a data row (False);
     raises :class:`IngestError` for any other line of column names, naming the file."""
     names = column_names(first_line)
     if names is None:
         return False
-    if names == RAW_COLS:
+    fields = workflow.raw_fields
+    expected = [name.lower() for name in fields]
+    if names == expected:
         return True
-    if sorted(names) == sorted(RAW_COLS):
-        at = next(i for i, (got, want) in enumerate(zip(names, RAW_COLS, strict=False)) if got != want)
-        detail = f"the expected columns in another order (column {at + 1} is '{names[at]}', expected '{RAW_COLS[at]}')"
-    elif len(names) != len(RAW_COLS):
-        detail = f"{len(names)} columns, expected {len(RAW_COLS)}"
+    if sorted(names) == sorted(expected):
+        at = next(i for i, (got, want) in enumerate(zip(names, expected, strict=False)) if got != want)
+        detail = f"the expected columns in another order (column {at + 1} is '{names[at]}', expected '{fields[at]}')"
+    elif len(names) != len(expected):
+        detail = f"{len(names)} columns, expected {len(expected)}"
     else:
-        at = next(i for i, (got, want) in enumerate(zip(names, RAW_COLS, strict=False)) if got != want)
-        detail = f"column {at + 1} is '{names[at]}', expected '{RAW_COLS[at]}'"
+        at = next(i for i, (got, want) in enumerate(zip(names, expected, strict=False)) if got != want)
+        detail = f"column {at + 1} is '{names[at]}', expected '{fields[at]}'"
     raise IngestError(
         f"raw file {path} has the header {_abbreviated(names)}: {detail}. Expected no header or "
-        f"{_abbreviated(RAW_COLS)} in that order; columns are not mapped by name. Nothing was ingested"
+        f"{_abbreviated(fields)} in that order (workflow {workflow.name}); columns are not mapped by name. "
+        "Nothing was ingested"
     )
 
 
-def find_header_lines(lines_df: DataFrame, raw_path: str) -> dict[str, int]:
+def find_header_lines(lines_df: DataFrame, raw_path: str, workflow: Workflow) -> dict[str, int]:
     """``{file: line id}`` of each file's header line; checks every file's first non-blank
     line (:func:`check_header`). One pass over the drop that parses nothing: a scan and
     each file's smallest line id.
@@ -249,7 +266,7 @@ def find_header_lines(lines_df: DataFrame, raw_path: str) -> dict[str, int]:
     return {
         row[SOURCE_FILE_COL]: row["first"]["id"]
         for row in sorted(rows, key=lambda r: r[SOURCE_FILE_COL])
-        if row["first"] is not None and check_header(row[SOURCE_FILE_COL], row["first"]["text"])
+        if row["first"] is not None and check_header(row[SOURCE_FILE_COL], row["first"]["text"], workflow)
     }
 
 
@@ -270,70 +287,173 @@ def _first_index(flags: Column) -> Column:
     return F.array_min(F.filter(positions, lambda p: p.isNotNull()))
 
 
-def _plain_values() -> Column:
-    """The row's integers, for a line of plain comma-separated 1-3 digit numbers; else null.
+def _parse_type(dtype: str) -> str:
+    """The Spark type a field of ``dtype`` is parsed into: ``int`` for an integer dtype,
+    ``double`` for a float (range-checked as written, then rounded to the dtype)."""
+    return "double" if dtype.startswith("float") else "int"
 
-    The checks on the raw string (digits and commas only, no empty field, no number of four
-    or more digits) leave only valid integers; most lines of a drop pass them. ``\\A`` and
-    ``\\z`` anchor at the true ends of the string: Java's ``$`` also matches before a final
-    line terminator (U+2028, U+0085, ...), which once let such a row through to a strict cast
-    that failed the whole job. The cast is a ``try_cast`` all the same, so no row can.
+
+def _kind(dtype: str) -> str:
+    return "a number" if dtype.startswith("float") else "an integer"
+
+
+def _number_text(value: float) -> str:
+    """A declared bound as it reads in a reason: ``255``, ``5``, ``0.5``, ``3.4e+38``."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(float(value))
+
+
+def _range_text(low: float, high: float) -> str:
+    return f"{_number_text(low)}..{_number_text(high)}"
+
+
+def _uniform_range(layout: TensorFeatures) -> tuple[float, float] | None:
+    """The one range every element shares (a tensor layout's), else None."""
+    ranges = {(c.min, c.max) for c in layout.columns}
+    return next(iter(ranges)) if len(ranges) == 1 else None
+
+
+# A decimal number as the CSV contract allows it (after trimming spaces): Spark's cast to
+# double also takes Java's "1.5f", "0x1p3", "NaN" and "Infinity", which are refused.
+_DECIMAL = r"\A[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\z"
+_NON_FINITE = r"(?i)\A *[+-]?(?:nan|inf|infinity) *\z"
+
+
+def _parsed(token: Column, dtype: str) -> Column:
+    """A trimmed token as ``dtype``'s parse type, null when it is not one; never fails."""
+    trimmed = F.trim(token)
+    if _parse_type(dtype) == "int":
+        return trimmed.try_cast("int")
+    return F.when(trimmed.rlike(_DECIMAL), trimmed.try_cast("double"))
+
+
+def _label_in_range(label: Column, workflow: Workflow) -> Column:
+    # ``between`` is false for NaN (Spark orders NaN above every number); null stays null.
+    return label.between(F.lit(workflow.label.min), F.lit(workflow.label.max))
+
+
+def _out_of_range(values: Column, layout: TensorFeatures) -> Column:
+    """Per element of ``values``: true where it lies outside its column's range."""
+    uniform = _uniform_range(layout)
+    if uniform is not None:
+        low, high = F.lit(uniform[0]), F.lit(uniform[1])
+        return F.transform(values, lambda v: ~v.between(low, high))
+    lows = F.array(*[F.lit(float(c.min)) for c in layout.columns])
+    highs = F.array(*[F.lit(float(c.max)) for c in layout.columns])
+    return F.transform(values, lambda v, i: ~v.between(F.element_at(lows, i + 1), F.element_at(highs, i + 1)))
+
+
+def _all_in_range(values: Column, layout: TensorFeatures) -> Column:
+    uniform = _uniform_range(layout)
+    if uniform is not None:
+        return (F.array_min(values) >= F.lit(uniform[0])) & (F.array_max(values) <= F.lit(uniform[1]))
+    return ~F.exists(_out_of_range(values, layout), lambda flag: flag)
+
+
+def _plain_line(workflow: Workflow) -> Column:
+    r"""True for a line that can only hold plain numbers of the features' dtype: for an
+    integer dtype digits and commas, no empty field and no number longer than the largest
+    declared bound; for a float dtype digits, commas, dots and minus signs (Spark's double
+    cast of such a token is either a plain decimal number or null).
+
+    ``\A`` and ``\z`` anchor at the true ends of the string: Java's ``$`` also matches
+    before a final line terminator (U+2028, U+0085, ...), which once let such a row through
+    to a strict cast that failed the whole job. The casts are ``try_cast`` all the same, so
+    no row can.
     """
     raw = F.col(RAW_RECORD_COL)
-    plain = (
-        raw.rlike("\\A[0-9,]++\\z")
-        & ~raw.contains(",,")
-        & ~raw.startswith(",")
-        & ~raw.endswith(",")
-        & ~raw.rlike("[0-9]{4}")
-    )
-    return F.when(plain, F.split(raw, ",").try_cast("array<int>"))
+    if workflow.features.is_integer:
+        bounds = [abs(workflow.label.min), abs(workflow.label.max), *workflow.features.mins, *workflow.features.maxs]
+        digits = len(str(int(max(bounds))))
+        return (
+            raw.rlike("\\A[0-9,]++\\z")
+            & ~raw.contains(",,")
+            & ~raw.startswith(",")
+            & ~raw.endswith(",")
+            & ~raw.rlike(f"[0-9]{{{digits + 1}}}")
+        )
+    return raw.rlike("\\A[0-9.,\\-]++\\z")
 
 
-def with_parsed_values(rows_df: DataFrame, fast_path: bool = True) -> DataFrame:
-    """Add ``_fast``, true for a row known valid from cheap checks alone, and ``_values``,
-    the row's integers (null where a field is not an integer).
+def with_parsed_values(rows_df: DataFrame, workflow: Workflow, fast_path: bool = True) -> DataFrame:
+    """Add ``_fast``, true for a row known valid from cheap checks alone, ``_label`` and
+    ``_values``, the row's label and feature elements parsed as the workflow declares them
+    (null where a field is not a number of its dtype).
 
-    A valid row in the usual form (plain digits, label 0..9, pixels 0..255) is recognised
-    with a few string checks and one cast; only the other rows are split into trimmed
-    tokens, and only those get a reason computed (:func:`with_rejection_reason`).
-    ``fast_path=False`` sends every row the long way (the same outcome, slower).
+    A valid row in the usual form (plain numbers, everything in range) is recognised with
+    a few string checks and one cast of the raw line's fields; only the other rows are
+    split into trimmed tokens and parsed field by field, and only those get a reason
+    computed (:func:`with_rejection_reason`). ``fast_path=False`` sends every row the long
+    way (the same outcome, slower).
     """
-    plain = F.col(_PLAIN)
+    layout, n_fields = workflow.features, len(workflow.raw_fields)
+    raw_tokens = F.split(F.col(RAW_RECORD_COL), ",")
+    plain = _plain_line(workflow)
+    plain_label, plain_values = F.col(_PLAIN_LABEL), F.col(_PLAIN_VALUES)
     fast = F.lit(fast_path) & F.coalesce(
-        plain.isNotNull()
-        & (F.size(plain) == len(RAW_COLS))
-        & ~F.exists(plain, lambda v: v.isNull())
-        & (plain.getItem(0) <= LABEL_MAX)
-        & (F.array_max(plain) <= PIXEL_MAX),
+        plain_values.isNotNull()
+        & (F.size(raw_tokens) == n_fields)
+        & ~F.exists(plain_values, lambda v: v.isNull())
+        & _label_in_range(plain_label, workflow)
+        & _all_in_range(plain_values, layout),
         F.lit(False),
     )
-    slow_values = F.transform(F.split(_record(), ","), lambda tok: F.trim(tok).try_cast("int"))
+    tokens = F.split(_record(), ",")
+    slow_label = _parsed(tokens.getItem(0), workflow.label.dtype)
+    slow_values = F.transform(F.slice(tokens, 2, layout.size), lambda tok: _parsed(tok, layout.dtype))
+    label_type_name = _parse_type(workflow.label.dtype)
     return (
-        rows_df.withColumn(_PLAIN, _plain_values())
+        rows_df.withColumn(_PLAIN_LABEL, F.when(plain, raw_tokens.getItem(0).try_cast(label_type_name)))
+        .withColumn(
+            _PLAIN_VALUES,
+            F.when(plain, F.slice(raw_tokens, 2, layout.size).try_cast(f"array<{_parse_type(layout.dtype)}>")),
+        )
         .withColumn(_FAST, fast)
-        .withColumn(_VALUES, F.when(F.col(_FAST), plain).otherwise(slow_values))
-        .drop(_PLAIN)
+        .withColumn(_LABEL, F.when(F.col(_FAST), plain_label).otherwise(slow_label))
+        .withColumn(_VALUES, F.when(F.col(_FAST), plain_values).otherwise(slow_values))
+        .drop(_PLAIN_LABEL, _PLAIN_VALUES)
     )
 
 
-def with_rejection_reason(parsed_df: DataFrame) -> DataFrame:
-    """Add ``reason``: null for a valid row, else the first rule it breaks, naming the column.
+def with_rejection_reason(parsed_df: DataFrame, workflow: Workflow) -> DataFrame:
+    """Add ``reason``: null for a valid row, else the first rule it breaks, naming the field.
 
     Rows marked ``_fast`` are valid without further checks.
     """
-    tokens, values = F.split(_record(), ","), F.col(_VALUES)
-    n_fields = F.size(tokens)
-    label = values.getItem(0)
-    pixels = F.slice(values, 2, NUM_PIXELS)
-    bad_number = _first_index(F.transform(pixels, lambda v: v.isNull()))
-    bad_range = _first_index(F.transform(pixels, lambda v: (v < PIXEL_MIN) | (v > PIXEL_MAX)))
+    layout, label_spec, n_fields = workflow.features, workflow.label, len(workflow.raw_fields)
+    tokens, label, values = F.split(_record(), ","), F.col(_LABEL), F.col(_VALUES)
+    label_token = tokens.getItem(0)
+    bad_number = _first_index(F.transform(values, lambda v: v.isNull()))
+    bad_range = _first_index(_out_of_range(values, layout))
+    names = F.array(*[F.lit(c.name) for c in layout.columns])
+    uniform = _uniform_range(layout)
+    ranges = (
+        F.lit(_range_text(*uniform))
+        if uniform is not None
+        else F.array(*[F.lit(_range_text(c.min, c.max)) for c in layout.columns])
+    )
 
-    def pixel_value(idx: Column) -> Column:
+    def field_name(idx: Column) -> Column:
+        return F.element_at(names, idx + 1)
+
+    def field_range(idx: Column) -> Column:
+        return ranges if uniform is not None else F.element_at(ranges, idx + 1)
+
+    def field_value(idx: Column) -> Column:
         return F.element_at(tokens, idx + 2)
+
+    def not_a_number(name: Column, token: Column, dtype: str) -> Column:
+        reason = F.format_string(f"%s is empty or not {_kind(dtype)}: '%s'", name, token)
+        if _parse_type(dtype) == "int":
+            return reason
+        return F.when(
+            F.trim(token).rlike(_NON_FINITE), F.format_string("%s is not a finite number: '%s'", name, token)
+        ).otherwise(reason)
 
     control_char = F.regexp_extract(F.col(RAW_RECORD_COL), f"({_CONTROL_CHARS})", 1)
     line_separator = F.regexp_extract(F.col(RAW_RECORD_COL), f"({_LINE_SEPARATORS})", 1)
+    label_name = F.lit(label_spec.name)
+    label_range = _range_text(label_spec.min, label_spec.max)
+    label_shown = label.cast("long").cast("string") if _parse_type(label_spec.dtype) == "int" else label_token
     reason = (
         # Spark's integer cast ignores control characters around digits: refuse them first.
         F.when(
@@ -359,42 +479,59 @@ def with_rejection_reason(parsed_df: DataFrame) -> DataFrame:
             F.lit("a header line (column names) inside the file: only a file's first line can be its header"),
         )
         .when(
-            n_fields != len(RAW_COLS),
-            F.format_string(f"wrong field count: expected {len(RAW_COLS)}, got %d", n_fields),
+            F.size(tokens) != n_fields,
+            F.format_string(f"wrong field count: expected {n_fields}, got %d", F.size(tokens)),
         )
+        .when(label.isNull(), not_a_number(label_name, label_token, label_spec.dtype))
         .when(
-            label.isNull(),
-            F.format_string("label is empty or not an integer: '%s'", tokens.getItem(0)),
-        )
-        .when(
-            (label < LABEL_MIN) | (label > LABEL_MAX),
-            F.format_string(f"label out of range {LABEL_MIN}..{LABEL_MAX}: %d", label),
+            ~_label_in_range(label, workflow),
+            F.format_string(f"%s out of range {label_range}: %s", label_name, label_shown),
         )
         .when(
             bad_number.isNotNull(),
-            F.format_string("pixel%d is empty or not an integer: '%s'", bad_number, pixel_value(bad_number)),
+            not_a_number(field_name(bad_number), field_value(bad_number), layout.dtype),
         )
         .when(
             bad_range.isNotNull(),
             F.format_string(
-                f"pixel%d out of range {PIXEL_MIN}..{PIXEL_MAX}: %s",
-                bad_range,
-                pixel_value(bad_range),
+                "%s out of range %s: %s", field_name(bad_range), field_range(bad_range), field_value(bad_range)
             ),
         )
     )
     return parsed_df.withColumn(REASON_COL, F.when(~F.col(_FAST), reason))
 
 
-def select_curated(checked_df: DataFrame, ds: str) -> DataFrame:
-    """Valid rows in the curated schema; ``row_id`` is a content hash, stable across re-runs."""
-    values = F.col(_VALUES)
-    return checked_df.where(F.col(REASON_COL).isNull()).select(
+def select_curated(checked_df: DataFrame, workflow: Workflow, ds: str) -> DataFrame:
+    """Valid rows in the curated schema (:func:`spark_jobs.schema.curated_schema`) plus
+    ``ds``: ``row_id`` is a content hash, stable across re-runs; ``features`` the row's
+    elements as one dense value, encoded batch by batch in Python (one numpy buffer each).
+    """
+    valid_df = checked_df.where(F.col(REASON_COL).isNull()).select(
         F.xxhash64(F.lit(ds), F.col(RAW_RECORD_COL)).alias(ROW_ID_COL),
-        values.getItem(0).alias(LABEL_COL),
-        *[values.getItem(i + 1).alias(name) for i, name in enumerate(PIXEL_COLS)],
-        F.lit(ds).alias(PARTITION_COL),
+        F.col(_LABEL).cast(label_type(workflow)).alias(LABEL_COL),
+        F.col(_VALUES),
     )
+    encoded_df = valid_df.mapInArrow(_features_encoder(workflow.features), curated_schema(workflow))
+    return encoded_df.withColumn(PARTITION_COL, F.lit(ds))
+
+
+def _features_encoder(layout: TensorFeatures) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: each batch's parsed elements (one list array) become
+    the dense ``features`` column, with one numpy conversion and one buffer per batch."""
+
+    def encode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        for batch in batches:
+            values = batch.column(_VALUES)
+            flat = values.flatten().to_numpy(zero_copy_only=False)
+            features = encode(flat.reshape(len(batch), layout.size), layout)
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(ROW_ID_COL), batch.column(LABEL_COL), features],
+                names=[ROW_ID_COL, LABEL_COL, FEATURES_COL],
+            )
+
+    return encode_batches
 
 
 def select_quarantine(checked_df: DataFrame, ds: str) -> DataFrame:
@@ -462,6 +599,7 @@ def count_rows(checked_df: DataFrame, raw_path: str) -> RowCounts:
 def ingest_partition(
     spark: SparkSession,
     *,
+    workflow: Workflow,
     raw_path: str,
     ds: str,
     curated_root: str,
@@ -469,7 +607,8 @@ def ingest_partition(
     max_bad_ratio: float,
     manifest_path: str | None = None,
 ) -> IngestReport:
-    """Validate the drop and replace the ``ds`` partitions of curated and quarantine data.
+    """Validate the drop against ``workflow``'s rules and replace the ``ds`` partitions of
+    curated and quarantine data.
 
     The manifest (default :func:`ingest_manifest_path`) is written last, for every run
     that counted its rows. A published drop replaces the curated and quarantine partitions
@@ -483,10 +622,13 @@ def ingest_partition(
     rejected_root = rejected_quarantine_root(quarantine_root)
     lines_df = extract_raw_lines(spark, raw_path)
     input_files = lines_df.inputFiles()
-    header_lines = find_header_lines(lines_df, raw_path)
+    header_lines = find_header_lines(lines_df, raw_path, workflow)
     # Not cached: each pass (count, quarantine, curated) reads the text again, which costs
-    # less than holding every row's 785 parsed values in memory (the driver's heap on local[N]).
-    checked_df = with_rejection_reason(with_parsed_values(filter_data_lines(lines_df, header_lines)))
+    # less than holding every row's parsed values in memory (785 for MNIST; the driver's
+    # heap on local[N]).
+    checked_df = with_rejection_reason(
+        with_parsed_values(filter_data_lines(lines_df, header_lines), workflow), workflow
+    )
     counts = count_rows(checked_df, raw_path)
     rows_curated, rows_quarantined, sample_reasons = counts.curated, counts.quarantined, counts.sample_reasons
     report = IngestReport(
@@ -500,6 +642,7 @@ def ingest_partition(
         raise IngestError(f"raw drop {raw_path} for ds={ds} holds no data rows")
     manifest = {
         **asdict(report),
+        "workflow": workflow.name,
         "bad_ratio": report.bad_ratio,
         "max_bad_ratio": max_bad_ratio,
         "raw_path": raw_path,
@@ -533,7 +676,7 @@ def ingest_partition(
             f"this drop is recorded in {rejected_path}. Examples: {sample_reasons}"
         )
     replace_quarantine(spark, quarantine_df, quarantine_root, ds, rows_quarantined)
-    replace_partitions(select_curated(checked_df, ds), curated_root)
+    replace_partitions(select_curated(checked_df, workflow, ds), curated_root)
     write_json(
         spark,
         manifest_path,
@@ -547,6 +690,11 @@ def ingest_partition(
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--workflow",
+        required=True,
+        help="the workflow whose rows the drop holds (spark_jobs/workflows/<name>.toml)",
+    )
     parser.add_argument("--ds", type=parse_ds, required=True, help="partition date YYYY-MM-DD")
     parser.add_argument("--raw-path", required=True, help="the day's raw CSV file or folder")
     parser.add_argument("--curated-root", required=True, help="curated dataset root")
@@ -567,10 +715,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     configure_job_logging()
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = build_spark_session(f"ingest ds={args.ds}")
+    try:
+        workflow = workflows.load(args.workflow)
+    except workflows.WorkflowError as err:
+        # Before Spark starts: a wrong name or declaration is a one-line error, no traceback.
+        log.error("ingest failed: %s", err)
+        raise SystemExit(1) from None
+    spark = build_spark_session(f"ingest {workflow.name} ds={args.ds}")
     try:
         report = ingest_partition(
             spark,
+            workflow=workflow,
             raw_path=args.raw_path,
             ds=args.ds,
             curated_root=args.curated_root,

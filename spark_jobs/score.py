@@ -6,7 +6,11 @@ the seed's ``score.py``::
     spark-submit spark_jobs/entrypoints/score.py --model models:/mnist_cnn@champion \
         --input-data var/data/curated/mnist --ds 2026-11-28 --scored-data var/data/predictions/mnist
 
-An alias is resolved once, on the driver, before any executor loads the model.
+An alias is resolved once, on the driver, before any executor loads the model. The
+workflow (``--workflow``, else the one the model was logged for: its MLmodel metadata
+``workflow``) says what the curated rows hold and which output columns a scored row gets:
+``row_id``, ``prediction`` (and ``prob_<c>`` for a classifier), ``model_name``,
+``model_version``, ``ds``.
 """
 
 from __future__ import annotations
@@ -20,34 +24,62 @@ import sys
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs import workflows
+from spark_jobs.features import FEATURES_COL
 from spark_jobs.inference import (
     MODEL_NAME_COL,
     MODEL_VERSION_COL,
-    PREDICTION_COL,
+    WORKFLOW_METADATA_KEY,
     PinnedModel,
     pin_model,
     with_predictions,
 )
 from spark_jobs.partitions import parse_ds, read_partitions, replace_partitions
-from spark_jobs.schema import PARTITION_COL, PROB_COLS, ROW_ID_COL
+from spark_jobs.schema import PARTITION_COL, ROW_ID_COL
 from spark_jobs.session import build_spark_session, configure_job_logging
 
 log = logging.getLogger(__name__)
 
-PREDICTION_COLS = [ROW_ID_COL, PREDICTION_COL, *PROB_COLS, MODEL_NAME_COL, MODEL_VERSION_COL, PARTITION_COL]
+
+def prediction_columns(workflow: workflows.Workflow) -> list[str]:
+    """The predictions table's columns, in order (``ds`` last: the partition column)."""
+    return [ROW_ID_COL, *workflow.output.columns, MODEL_NAME_COL, MODEL_VERSION_COL, PARTITION_COL]
 
 
-def score_partition(curated_df: DataFrame, model: PinnedModel) -> DataFrame:
+def score_partition(curated_df: DataFrame, model: PinnedModel, workflow: workflows.Workflow) -> DataFrame:
     """Predictions in the output schema; every row names the model version that made it."""
     return (
-        with_predictions(curated_df, model.uri)
+        with_predictions(curated_df.select(ROW_ID_COL, FEATURES_COL, PARTITION_COL), model.uri, workflow)
         .withColumn(MODEL_NAME_COL, F.lit(model.name))
         .withColumn(MODEL_VERSION_COL, F.lit(model.version))
-        .select(*PREDICTION_COLS)
+        .select(*prediction_columns(workflow))
     )
 
 
-def score_partitions(spark, model: PinnedModel, input_root: str, scored_root: str, start_ds: str, end_ds: str) -> dict:
+def workflow_of(model: PinnedModel, name: str | None) -> workflows.Workflow:
+    """The workflow ``name``, else the one ``model`` was logged for (its MLmodel metadata)."""
+    if name is not None:
+        return workflows.load(name)
+    from mlflow.models import get_model_info
+
+    logged_for = (get_model_info(model.uri).metadata or {}).get(WORKFLOW_METADATA_KEY)
+    if not logged_for:
+        raise ValueError(
+            f"model {model.uri} names no workflow (no {WORKFLOW_METADATA_KEY!r} in its MLmodel metadata): "
+            f"pass --workflow, one of {', '.join(workflows.available())}"
+        )
+    return workflows.load(logged_for)
+
+
+def score_partitions(
+    spark,
+    model: PinnedModel,
+    workflow: workflows.Workflow,
+    input_root: str,
+    scored_root: str,
+    start_ds: str,
+    end_ds: str,
+) -> dict:
     """Score every curated partition in ``start_ds..end_ds`` with one model, in one job.
 
     All partitions are committed together by ``replace_partitions`` (one commit, so readers
@@ -61,11 +93,12 @@ def score_partitions(spark, model: PinnedModel, input_root: str, scored_root: st
     rows_out: dict[str, int] = {}
     if rows_in:
         log.info("scoring %d rows in %d partitions with %s", sum(rows_in.values()), len(rows_in), model.uri)
-        replace_partitions(score_partition(curated_df, model), scored_root)
+        replace_partitions(score_partition(curated_df, model, workflow), scored_root)
         scored_df = read_partitions(spark, scored_root, start_ds, end_ds)
         rows_out = {r[PARTITION_COL]: r["count"] for r in scored_df.groupBy(PARTITION_COL).count().collect()}
     return {
         "model": model.uri,
+        "workflow": workflow.name,
         "written": {ds: rows_out.get(ds, 0) for ds in sorted(rows_in)},
         "rows_in": dict(sorted(rows_in.items())),
         "missing_curated": missing,
@@ -82,6 +115,11 @@ def _days(start_ds: str, end_ds: str) -> list[str]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="models:/<name>/<version> or models:/<name>@<alias>")
+    parser.add_argument(
+        "--workflow",
+        help="workflow of the curated data and the model (spark_jobs/workflows/<name>.toml); "
+        "default: the model's MLmodel metadata 'workflow'",
+    )
     parser.add_argument("--input-data", required=True, help="curated dataset root")
     parser.add_argument("--scored-data", required=True, help="predictions dataset root")
     days = parser.add_mutually_exclusive_group(required=True)
@@ -93,6 +131,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--start-ds needs --end-ds")
     if args.ds:
         args.start_ds = args.end_ds = args.ds
+    if args.workflow is not None:
+        try:
+            workflows.load(args.workflow)
+        except workflows.WorkflowError as err:
+            parser.error(str(err))
     return args
 
 
@@ -102,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     spark = build_spark_session(f"score {args.start_ds}..{args.end_ds}")
     try:
         model = pin_model(args.model)
-        report = score_partitions(spark, model, args.input_data, args.scored_data, args.start_ds, args.end_ds)
+        workflow = workflow_of(model, args.workflow)
+        report = score_partitions(spark, model, workflow, args.input_data, args.scored_data, args.start_ds, args.end_ds)
     finally:
         spark.stop()
     log.info("score report: %s", json.dumps(report))

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from ml_platform.workflows import WorkflowInfo
+from ml_platform.workflows import enabled as enabled_workflows
+from ml_platform.workflows import workflow as workflow_info
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,7 +42,8 @@ def _submit_target() -> str:
 
 @dataclass(frozen=True)
 class TrainingDefaults:
-    """The nightly run's training settings (also the defaults of on-demand runs)."""
+    """The nightly run's training settings (also the defaults of on-demand runs): the
+    workflow's declared epochs, rate and batch size, the platform's ranks, backend and window."""
 
     epochs: int = 10
     learning_rate: float = 0.05
@@ -48,8 +53,10 @@ class TrainingDefaults:
     window_days: int = 3
     holdout_pct: int = 20
     split_seed: int = 7
-    min_accuracy: float = 0.93
-    champion_tolerance: float = 0.01
+
+    @classmethod
+    def of(cls, info: WorkflowInfo) -> TrainingDefaults:
+        return cls(epochs=info.epochs, learning_rate=info.learning_rate, batch_size=info.batch_size)
 
 
 @dataclass(frozen=True)
@@ -64,9 +71,14 @@ class SynapseResources:
 
 @dataclass(frozen=True)
 class PlatformConfig:
+    # The workflow whose DAGs this configures (spark_jobs/workflows/<name>.toml): datasets,
+    # registered model, experiment and training defaults derive from it.
+    workflow: str = "mnist"
     storage_root: str = field(default_factory=lambda: _env("ML_STORAGE_ROOT", str(REPO_ROOT / "var" / "data")))
-    model_name: str = field(default_factory=lambda: _env("ML_MODEL_NAME", "mnist_cnn"))
-    experiment_name: str = field(default_factory=lambda: _env("ML_EXPERIMENT_NAME", "mnist_cnn"))
+    # Registered model and experiment: the workflow's registered_name unless
+    # ML_<WORKFLOW>_MODEL_NAME / ML_<WORKFLOW>_EXPERIMENT_NAME say otherwise.
+    model_name: str = ""
+    experiment_name: str = ""
     spark_conn_id: str = field(default_factory=lambda: _env("ML_SPARK_CONN_ID", "spark_default"))
     mlflow_conn_id: str = field(default_factory=lambda: _env("ML_MLFLOW_CONN_ID", "mlflow_default"))
     # Where spark-submit finds the entry points and the --py-files archive of spark_jobs.
@@ -102,17 +114,26 @@ class PlatformConfig:
     synapse_pool: str = field(default_factory=lambda: _env("ML_SYNAPSE_POOL", ""))
     synapse_executors: int = field(default_factory=lambda: int(_env("ML_SYNAPSE_EXECUTORS", "2")))
     synapse_resources: SynapseResources = field(default_factory=SynapseResources)
-    training: TrainingDefaults = field(default_factory=TrainingDefaults)
+    training: TrainingDefaults | None = None
 
     def __post_init__(self) -> None:
+        info = workflow_info(self.workflow)
+        prefix = f"ML_{self.workflow.upper()}_"
+        # A frozen dataclass: derived fields are set once, here.
+        object.__setattr__(self, "model_name", self.model_name or _env(prefix + "MODEL_NAME", info.model_name))
+        object.__setattr__(
+            self, "experiment_name", self.experiment_name or _env(prefix + "EXPERIMENT_NAME", info.model_name)
+        )
+        if self.training is None:
+            object.__setattr__(self, "training", TrainingDefaults.of(info))
         if self.submit_target == "synapse" and not self.synapse_pool:
             raise ValueError("ML_SPARK_SUBMIT_TARGET=synapse needs ML_SYNAPSE_POOL (the Spark pool's name)")
 
     # The one path builder: every dataset location derives from storage_root.
-    @staticmethod
-    def dataset_key(name: str) -> str:
-        """A dataset's folder relative to the storage root (and to the landing container)."""
-        return f"{name}/mnist"
+    def dataset_key(self, name: str) -> str:
+        """A dataset's folder relative to the storage root (and to the landing container):
+        ``<dataset>/<workflow>``, e.g. ``curated/mnist``."""
+        return f"{name}/{self.workflow}"
 
     def dataset_root(self, name: str) -> str:
         return f"{self.storage_root.rstrip('/')}/{self.dataset_key(name)}"
@@ -157,7 +178,7 @@ class PlatformConfig:
         return self.partition_path(self.raw_root, ds)
 
     def landing_prefix(self, ds: str) -> str:
-        """Blob prefix of the day's drop in the landing container: the raw layout, ``raw/mnist/ds=<ds>/``."""
+        """Blob prefix of the day's drop in the landing container: the raw layout, ``raw/<workflow>/ds=<ds>/``."""
         return f"{self.partition_path(self.dataset_key('raw'), ds)}/"
 
     @property
@@ -187,5 +208,11 @@ DEFAULT_ARGS = {
 }
 
 
-def load_config() -> PlatformConfig:
-    return PlatformConfig()
+def load_config(workflow: str = "mnist") -> PlatformConfig:
+    """The settings of ``workflow``'s DAGs."""
+    return PlatformConfig(workflow=workflow)
+
+
+def load_configs() -> list[PlatformConfig]:
+    """One configuration per enabled workflow (``ML_WORKFLOWS``), for the DAG factories."""
+    return [PlatformConfig(workflow=info.name) for info in enabled_workflows()]

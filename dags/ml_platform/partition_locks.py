@@ -1,8 +1,8 @@
 """One writer per dataset partition at a time, across DAGs and runs.
 
-Several DAGs write the same partition: the nightly for day D+1 and ``ml_batch_scoring``
-for day D both stage and ingest D; the nightly, ``ml_batch_scoring``,
-``ml_score_on_new_champion`` (after any promotion) and ``ml_bulk_backfill_scoring`` all
+Several DAGs write the same partition: the nightly for day D+1 and ``mnist_batch_scoring``
+for day D both stage and ingest D; the nightly, ``mnist_batch_scoring``,
+``mnist_score_on_new_champion`` (after any promotion) and ``mnist_bulk_backfill_scoring`` all
 write predictions. Airflow pools are global (a one-slot pool would serialise every day
 of a backfill behind every other), so the platform keeps one lock object per
 ``(dataset, ds)`` under ``<storage root>/_locks``: different days proceed in parallel,

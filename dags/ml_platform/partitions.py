@@ -1,6 +1,6 @@
 """Which partition a DAG run processes: explicit, documented and unit-tested.
 
-- A run with a data interval (``CronDataIntervalTimetable``, e.g. ``ml_batch_scoring``)
+- A run with a data interval (``CronDataIntervalTimetable``, e.g. ``mnist_batch_scoring``)
   processes the UTC day its interval starts on: the interval 2026-11-01 00:00 ->
   2026-11-02 00:00 is ``ds=2026-11-01``, so a backfill from 2026-11-01 to 2026-11-03
   scores exactly those three days.
@@ -60,6 +60,10 @@ def run_key(run_id: str) -> str:
 
 
 MACROS = {"partition_ds": partition_ds, "run_time": run_time, "window_start_ds": window_start_ds, "run_key": run_key}
+
+# When the nightly retraining runs (UTC); batch scoring's ``as_of`` policy derives from it.
+NIGHTLY_CRON = "0 2 * * *"
+NIGHTLY_HOUR_UTC = 2
 
 PARTITION_DS = "{{ partition_ds(dag_run) }}"
 RUN_KEY = "{{ run_key(run_id) }}"

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REGISTRY_POOL = "ml_registry"
+# What the registry gate of every scoring DAG requires of a version: the register step's
+# validation passed (docs/security.md: the barrier between registering and running on executors).
+REQUIRED_TAGS = {"validation_status": "passed"}
 GATE_URI = "{{ ti.xcom_pull(task_ids='gate_model')['uri'] }}"
 # The landing sensor frees its worker slot between pokes (reschedule mode); a drop that has
 # not arrived after LANDING_TIMEOUT fails the run instead of holding it open.
@@ -41,7 +44,7 @@ PORTABLE_SPARK_CONF = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsol
 
 def curated_asset(cfg: PlatformConfig) -> Asset:
     """Updated by every ingest: the curated dataset has a new or replaced partition."""
-    return Asset(name="mnist_curated", uri=cfg.storage_uri(cfg.curated_root))
+    return Asset(name=f"{cfg.workflow}_curated", uri=cfg.storage_uri(cfg.curated_root))
 
 
 def champion_asset(cfg: PlatformConfig) -> Asset:
@@ -240,7 +243,9 @@ def partition_lock(cfg: PlatformConfig, dataset: str, start_ds: str, end_ds: str
 
     def locks(start: str, end: str) -> list[str]:
         first, last = date.fromisoformat(start), date.fromisoformat(end)
-        return lock_names([dataset], [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)])
+        days = [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+        # Per workflow: the mnist and diabetes curated partitions of one day are different objects.
+        return lock_names([cfg.dataset_key(dataset)], days)
 
     def holder(context: dict[str, Any]) -> Holder:
         return Holder(context["dag"].dag_id, context["run_id"], f"claim_{dataset}")
@@ -295,6 +300,8 @@ def ingest(cfg: PlatformConfig, ds: str) -> TaskGroup:
                 task_id="ingest_raw_drop",
                 job="ingest",
                 args=[
+                    "--workflow",
+                    cfg.workflow,
                     "--ds",
                     ds,
                     "--raw-path",
@@ -330,6 +337,8 @@ def train(
         task_id="train_model",
         job="train",
         args=[
+            "--workflow",
+            cfg.workflow,
             "--curated-root",
             cfg.curated_root,
             "--start-ds",
@@ -372,6 +381,8 @@ def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: str = 
         task_id="register_model",
         job="register",
         args=[
+            "--workflow",
+            cfg.workflow,
             "--train-manifest",
             f"{run_dir(cfg)}/train.json",
             "--output-manifest",
@@ -388,10 +399,6 @@ def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: str = 
             cfg.training.split_seed,
             "--model-name",
             cfg.model_name,
-            "--min-accuracy",
-            cfg.training.min_accuracy,
-            "--champion-tolerance",
-            cfg.training.champion_tolerance,
             "--git-revision",
             cfg.git_revision,
             "--airflow-run-id",
@@ -414,7 +421,11 @@ def publish_champion(cfg: PlatformConfig):
         manifest = json.loads(storage_path(cfg, manifest_path).read_text())
         if not manifest["promoted"]:
             raise AirflowSkipException(f"version {manifest['version']} not promoted: {manifest['reason']}")
-        return {"version": manifest["version"], "holdout_accuracy": manifest["holdout_accuracy"]}
+        return {
+            "version": manifest["version"],
+            "metric": manifest["metric"],
+            "holdout_value": manifest["holdout_value"],
+        }
 
     return publish(cfg.storage_uri(f"{run_dir(cfg)}/register.json"))
 
@@ -431,6 +442,8 @@ def score(
             task_id=task_id,
             job="score",
             args=[
+                "--workflow",
+                cfg.workflow,
                 "--model",
                 GATE_URI,
                 "--input-data",

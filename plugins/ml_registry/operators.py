@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator
@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from ml_registry.alias_history import history_tag, read_history, version_as_of
 from ml_registry.hooks import MlflowRegistryHook
 from ml_registry.links import MlflowModelVersionLink, model_version_url
+from ml_registry.signatures import signature_problems
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -21,10 +22,6 @@ if TYPE_CHECKING:
 
 POLICIES = ("current", "as_of")
 READY, PENDING = "READY", "PENDING_REGISTRATION"
-
-# Data type -> signature types it may feed without loss, following the conversions
-# MLflow's schema enforcement accepts (int32 widens to int64 and float64; float32 to float64).
-_WIDENS_TO = {"integer": {"long", "double"}, "float": {"double"}}
 
 
 class ModelRegistryGateOperator(BaseOperator):
@@ -67,11 +64,15 @@ class ModelRegistryGateOperator(BaseOperator):
     :param wait_for_ready_timeout: Seconds to wait while the version is
         ``PENDING_REGISTRATION``; 0 refuses it at once.
     :param poke_interval: Seconds between status checks while waiting.
-    :param expected_schema: Columns and MLflow type names the scored data has, e.g.
-        ``{"pixel0": "integer"}``; every input column of the model signature must be there
-        with the same or a safely widening type.
-    :param dataset_path: Parquet dataset or partition directory the run will score; its
-        schema (read with pyarrow from the file footers) is checked like ``expected_schema``. (templated)
+    :param expected_schema: What the scored data holds, checked against the model's input
+        signature (``ml_registry.signatures``). For a tensor-based signature, the tensor's
+        dtype and shape per row, e.g. ``{"features": {"dtype": "uint8", "shape": [28, 28]}}``;
+        for a column-based one, columns and MLflow type names, e.g. ``{"pixel0": "integer"}``
+        (every input column there with the same or a safely widening type).
+    :param dataset_path: Parquet dataset or partition directory the run will score, checked
+        from its file footers only (no data read): for a tensor model, its ``features``
+        column must be binary with ``ml_tensor`` metadata of the model's dtype and shape;
+        for a column model, its columns like ``expected_schema``. (templated)
     :param skip_if_no_model: Skip (and so skip downstream scoring) instead of failing when
         the registered model or the alias does not exist yet, e.g. the first nightly runs
         before any champion exists. Every other refusal (a failed check, a version not
@@ -96,7 +97,7 @@ class ModelRegistryGateOperator(BaseOperator):
         max_age: dt.timedelta | None = None,
         wait_for_ready_timeout: float = 0,
         poke_interval: float = 10,
-        expected_schema: dict[str, str] | None = None,
+        expected_schema: dict[str, Any] | None = None,
         dataset_path: str | None = None,
         skip_if_no_model: bool = False,
         mlflow_conn_id: str = MlflowRegistryHook.default_conn_name,
@@ -305,16 +306,7 @@ class ModelRegistryGateOperator(BaseOperator):
 
         # A pinned models:/<name>/<version> URI: get_model_info fails on alias URIs.
         signature = get_model_info(f"models:/{self.model_name}/{model_version.version}").signature
-        inputs = signature.inputs if signature is not None else None
-        if inputs is None or not inputs.has_input_names():
-            return ["signature: the model has no column-based input signature to check the data against"]
-        wanted = [(spec.name, _mlflow_type_name(spec.type), spec.required) for spec in inputs.inputs]
-        problems = []
-        if self.expected_schema is not None:
-            problems += _schema_problems(wanted, self.expected_schema, "expected_schema")
-        if self.dataset_path:
-            problems += _schema_problems(wanted, _parquet_schema(self.dataset_path), f"dataset {self.dataset_path}")
-        return problems
+        return signature_problems(signature, expected_schema=self.expected_schema, dataset_path=self.dataset_path)
 
     def _refuse(self, version: str | None, rule: str, *, no_model: bool = False) -> NoReturn:
         """Fail; skip instead when nothing is registered yet and ``skip_if_no_model`` says so."""
@@ -334,57 +326,3 @@ def _as_utc(value: dt.datetime | None) -> dt.datetime | None:
     # the logical date or as_of came in.
     utc = value.astimezone(dt.UTC)
     return dt.datetime(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, tzinfo=dt.UTC)
-
-
-def _mlflow_type_name(mlflow_type: Any) -> str:
-    name = getattr(mlflow_type, "name", None)
-    return name if isinstance(name, str) else str(mlflow_type)
-
-
-def _schema_problems(wanted: list[tuple[str, str, bool]], available: Mapping[str, str], source: str) -> list[str]:
-    problems = []
-    for column, wanted_type, required in wanted:
-        if column not in available:
-            if required:
-                problems.append(f"signature: input column {column!r} ({wanted_type}) is missing from {source}")
-            continue
-        have = available[column]
-        if have != wanted_type and wanted_type not in _WIDENS_TO.get(have, ()):
-            problems.append(f"signature: input column {column!r} is {have} in {source}, the model needs {wanted_type}")
-    return problems
-
-
-def _parquet_schema(path: str) -> dict[str, str]:
-    """Column -> MLflow type name of a Parquet dataset, from file footers only (no Spark, no data)."""
-    import pyarrow as pa
-    import pyarrow.dataset as pads
-
-    try:
-        dataset = pads.dataset(path, format="parquet", partitioning="hive")
-    except (FileNotFoundError, pa.ArrowInvalid, OSError) as err:
-        raise AirflowFailException(f"dataset_path {path!r}: cannot read a Parquet dataset there: {err}") from err
-    if not dataset.files:
-        raise AirflowFailException(f"dataset_path {path!r}: no Parquet files there")
-    return {field.name: _arrow_to_mlflow(field.type) for field in dataset.schema}
-
-
-def _arrow_to_mlflow(arrow_type: Any) -> str:
-    import pyarrow.types as pat
-
-    if pat.is_int8(arrow_type) or pat.is_int16(arrow_type) or pat.is_int32(arrow_type):
-        return "integer"
-    if pat.is_int64(arrow_type):
-        return "long"
-    if pat.is_float16(arrow_type) or pat.is_float32(arrow_type):
-        return "float"
-    if pat.is_float64(arrow_type):
-        return "double"
-    if pat.is_boolean(arrow_type):
-        return "boolean"
-    if pat.is_string(arrow_type) or pat.is_large_string(arrow_type) or pat.is_string_view(arrow_type):
-        return "string"
-    if pat.is_binary(arrow_type) or pat.is_large_binary(arrow_type) or pat.is_binary_view(arrow_type):
-        return "binary"
-    if pat.is_timestamp(arrow_type) or pat.is_date(arrow_type):
-        return "datetime"
-    return str(arrow_type)

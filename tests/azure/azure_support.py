@@ -15,7 +15,7 @@ PINNED_MODEL_URI = "models:/mnist_cnn/3"
 TRAIN_DS, TRAIN_ROWS = "2026-11-28", 400
 # adlfs's form: container, then path; the account comes from the connection string.
 CHECKPOINTS_CONTAINER = "checkpoints"
-CHECKPOINTS_URL = f"abfs://{CHECKPOINTS_CONTAINER}/ml_nightly_retrain/run-1"
+CHECKPOINTS_URL = f"abfs://{CHECKPOINTS_CONTAINER}/mnist_nightly_retrain/run-1"
 # The interrupted try asks for EPOCHS and is killed once the checkpoint of epoch KILL_AT exists
 # (so epoch KILL_AT - 1's checkpoint, and its removal of the one before, are done).
 EPOCHS, KILL_AT = 12, 3

@@ -121,6 +121,8 @@ def train_job(
             work = root / name
             work.mkdir()
             args = [
+                "--workflow",
+                "mnist",
                 "--curated-root",
                 str(root / "curated"),
                 "--start-ds",

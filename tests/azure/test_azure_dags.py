@@ -54,13 +54,15 @@ def test_default_settings_add_no_landing_tasks(parse):
     for dag in bag.dags.values():
         assert not {"wait_for_raw_drop", "stage_raw_drop"} & set(dag.task_ids), dag.dag_id
     # Every partition writer runs between its partition lock's claim and release.
-    assert bag.dags["ml_nightly_retrain"].get_task("ingest_raw_drop").upstream_task_ids == {"claim_curated"}
-    assert bag.dags["ml_batch_scoring"].get_task("ingest_raw_drop").upstream_task_ids == {"claim_curated"}
-    assert bag.dags["ml_batch_scoring"].get_task("claim_curated").upstream_task_ids == {"check_conf"}
-    assert "--checkpoint-dir" not in bag.dags["ml_nightly_retrain"].get_task("train_model").application_args
+    assert bag.dags["mnist_nightly_retrain"].get_task("ingest_raw_drop").upstream_task_ids == {"claim_curated"}
+    assert bag.dags["mnist_batch_scoring"].get_task("ingest_raw_drop").upstream_task_ids == {"claim_curated"}
+    assert bag.dags["mnist_batch_scoring"].get_task("claim_curated").upstream_task_ids == {"check_conf"}
+    assert "--checkpoint-dir" not in bag.dags["mnist_nightly_retrain"].get_task("train_model").application_args
 
 
-@pytest.mark.parametrize("dag_id, before_wait", [("ml_nightly_retrain", set()), ("ml_batch_scoring", {"check_conf"})])
+@pytest.mark.parametrize(
+    "dag_id, before_wait", [("mnist_nightly_retrain", set()), ("mnist_batch_scoring", {"check_conf"})]
+)
 def test_landing_zone_waits_then_stages_before_ingest(parse, dag_id, before_wait):
     from airflow.providers.microsoft.azure.sensors.wasb import WasbPrefixSensor
 
@@ -84,18 +86,18 @@ def test_landing_zone_waits_then_stages_before_ingest(parse, dag_id, before_wait
 
 
 def test_checkpoint_root_gives_each_run_its_checkpoint_dir(parse):
-    train = parse(**CHECKPOINTS).dags["ml_nightly_retrain"].get_task("train_model")
+    train = parse(**CHECKPOINTS).dags["mnist_nightly_retrain"].get_task("train_model")
     render(train)
     args = train.application_args
     from ml_platform.partitions import run_key
 
     assert args[args.index("--checkpoint-dir") + 1] == (
-        "abfss://ml@account.dfs.core.windows.net/checkpoints/ml_nightly_retrain/"
+        "abfss://ml@account.dfs.core.windows.net/checkpoints/mnist_nightly_retrain/"
         + run_key("scheduled__2026-11-29T02:00:00+00:00")
     )
 
 
-@pytest.mark.parametrize("dag_file", ["ml_nightly_retrain.py", "ml_batch_scoring.py"])
+@pytest.mark.parametrize("dag_file", ["mnist_nightly_retrain.py", "mnist_batch_scoring.py"])
 def test_azure_settings_keep_parse_time_within_the_limit(parse, report_figure, dag_file):
     from airflow.dag_processing.dagbag import DagBag
 
@@ -154,7 +156,7 @@ def test_synapse_jobs_get_exactly_what_spark_submit_gets(parse):
     synapse_bag = parse(**SYNAPSE)
     jobs = spark_tasks(spark_bag)
     assert {
-        ("ml_nightly_retrain", t) for t in ("ingest_raw_drop", "train_model", "register_model", "score_partition")
+        ("mnist_nightly_retrain", t) for t in ("ingest_raw_drop", "train_model", "register_model", "score_partition")
     } <= set(jobs)
     assert spark_tasks(synapse_bag) == []
     for dag_id, task_id in jobs:
@@ -198,7 +200,7 @@ def test_synapse_request_carries_the_tracking_uri_and_no_secret(parse, monkeypat
     )
     monkeypatch.setattr(AzureSynapseHook, "wait_for_job_run_status", lambda self, **_: True)
 
-    train = parse(**SYNAPSE, **CHECKPOINTS).dags["ml_nightly_retrain"].get_task("train_model")
+    train = parse(**SYNAPSE, **CHECKPOINTS).dags["mnist_nightly_retrain"].get_task("train_model")
     context = render(train)
     args = list(train.payload["arguments"])
     train.execute(context)
@@ -213,7 +215,7 @@ def test_synapse_request_carries_the_tracking_uri_and_no_secret(parse, monkeypat
     assert body["pyFiles"][0].endswith("spark_jobs.zip")
     from ml_platform.partitions import run_key
 
-    assert body["name"] == f"train-ml_nightly_retrain-{run_key('scheduled__2026-11-29T02:00:00+00:00')}"
+    assert body["name"] == f"train-mnist_nightly_retrain-{run_key('scheduled__2026-11-29T02:00:00+00:00')}"
     assert (body["numExecutors"], body["driverMemory"]) == (3, "28g")
     for prefix in ("spark.yarn.appMasterEnv.", "spark.executorEnv."):
         assert body["conf"][f"{prefix}MLFLOW_TRACKING_URI"] == "https://mlflow.example.com:443"

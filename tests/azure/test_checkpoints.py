@@ -17,7 +17,7 @@ from azure_support import CHECKPOINTS_URL, EPOCHS, KILL_AT, checkpoints
 
 
 def test_each_epoch_is_checkpointed_and_the_latest_kept(interrupted_training):
-    from spark_jobs.model import MnistNet
+    from spark_jobs.workflows.mnist import MnistNet
 
     assert interrupted_training["orphans"] == []
     by_epoch = {state["epoch"]: (name, state) for name, state in interrupted_training["checkpoints"].items()}
@@ -64,7 +64,7 @@ def test_the_storage_key_is_on_no_command_line_and_in_no_output(interrupted_trai
 def test_checkpoint_dir_takes_each_url_form(form, azurite, monkeypatch, tmp_path):
     """The forms the README and the tests use: Spark's ``abfss://container@account…``,
     adlfs's ``abfs://container/path``, and a local folder."""
-    from spark_jobs.train import Checkpoints
+    from spark_jobs.training.checkpoints import Checkpoints
 
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
     url = {

@@ -31,7 +31,8 @@ def landing(blob_service):
 def drop(tmp_path: Path) -> dict[str, bytes]:
     """The day's drop: two MNIST-format CSV files, by name relative to the day's prefix."""
     return {
-        f"part-{seed}.csv": write_drop(tmp_path / f"seed{seed}", DS, rows=40, seed=seed).read_bytes() for seed in (0, 1)
+        f"part-{seed}.csv": write_drop("mnist", tmp_path / f"seed{seed}", DS, rows=40, seed=seed).read_bytes()
+        for seed in (0, 1)
     }
 
 
@@ -42,7 +43,7 @@ def nightly(parse_dags, wasb_conn, landing, monkeypatch):
 
     def parse(**env: str):
         return parse_dags(ML_LANDING_CONTAINER=landing.container_name, ML_LANDING_CONN_ID=wasb_conn, **env).dags[
-            "ml_nightly_retrain"
+            "mnist_nightly_retrain"
         ]
 
     return parse

@@ -9,11 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from azure_support import ARTIFACTS_CONTAINER
 from spark_jobs.sample_data import make_rows
-from spark_jobs.schema import PIXEL_COLS
 
 
 def test_artifact_round_trip_through_the_server(azure_stack, blob_service, monkeypatch):
@@ -60,8 +58,9 @@ def test_trained_model_is_stored_in_the_container_and_loads(
         candidates = [name for name in blobs if name.endswith(f"/{relative}")]
         assert any(container.download_blob(name).readall() == file.read_bytes() for name in candidates), relative
 
-    _, pixels = make_rows("2026-11-28", 4, seed=3)
-    probs = np.asarray(model.predict(pd.DataFrame(pixels.astype(np.int32), columns=PIXEL_COLS)))
+    # Images as the curated table's features column decodes them: uint8 [n, 28, 28].
+    _, images = make_rows("mnist", "2026-11-28", 4, seed=3)
+    probs = np.asarray(model.predict(images))
     assert probs.shape == (4, 10)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-4)
     assert azurite.key not in (azure_stack.state_dir / "mlflow" / "server.log").read_text(errors="replace")

@@ -94,7 +94,7 @@ def test_the_comparisons_the_issue_asks_for_are_there(tiny_report):
     )
     (tasks,) = [rows for title, rows in orchestration["tables"].items() if "per task" in title]
     spark_tasks = [t for t in tasks if t["task_start_to_spark_app_start_s"] is not None]
-    # ml_batch_scoring: ingest and score are spark-submit steps; the gate is not.
+    # mnist_batch_scoring: ingest and score are spark-submit steps; the gate is not.
     assert {t["task"] for t in spark_tasks} == {"ingest_raw_drop", "score_partition"}
     assert all(0 < t["task_start_to_spark_app_start_s"] < t["seconds"] for t in spark_tasks)
 

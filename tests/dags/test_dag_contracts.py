@@ -12,7 +12,11 @@ from typing import Any
 import pendulum
 import pytest
 
-SCORING_DAGS = {"ml_nightly_retrain", "ml_batch_scoring", "ml_bulk_backfill_scoring", "ml_score_on_new_champion"}
+SCORING_DAGS = {
+    f"{workflow}_{dag}"
+    for workflow in ("mnist", "diabetes")
+    for dag in ("nightly_retrain", "batch_scoring", "bulk_backfill_scoring", "score_on_new_champion")
+}
 
 
 def gates_of(dag) -> list:
@@ -253,7 +257,7 @@ def unbounded(schema: dict[str, Any]) -> list[str]:
 
 def test_every_param_is_typed_and_bounded(dagbag):
     with_params = {dag_id: dag for dag_id, dag in dagbag.dags.items() if dag.params}
-    assert {"ml_train_on_demand", "ml_batch_scoring", "ml_bulk_backfill_scoring"} <= set(with_params)
+    assert {"mnist_train_on_demand", "mnist_batch_scoring", "mnist_bulk_backfill_scoring"} <= set(with_params)
     problems = {
         f"{dag_id}.{name}": unbounded(dag.params.get_param(name).schema)
         for dag_id, dag in with_params.items()

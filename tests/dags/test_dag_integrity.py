@@ -31,7 +31,7 @@ def python_as_dag_processor(*args: str, cwd: Path, timeout: float) -> Any:
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert {"ml_nightly_retrain"} <= set(dagbag.dag_ids)
+    assert {"mnist_nightly_retrain"} <= set(dagbag.dag_ids)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_every_pool_used_is_defined_in_conf_pools(dagbag):
 def test_on_demand_params_are_typed_and_bounded(dagbag):
     from airflow.sdk.definitions.param import ParamValidationError
 
-    params = dagbag.dags["ml_train_on_demand"].params
+    params = dagbag.dags["mnist_train_on_demand"].params
     for name in ("epochs", "learning_rate", "batch_size", "num_ranks", "window_days", "backend", "promote"):
         assert "type" in params.get_param(name).schema, name
     for name, bad in (("epochs", -1), ("epochs", "ten"), ("learning_rate", 0), ("backend", "mpi"), ("batch_size", 1e9)):
@@ -92,7 +92,7 @@ def test_nightly_chain_and_operators(dagbag):
 
     from ml_registry.operators import ModelRegistryGateOperator
 
-    dag = dagbag.dags["ml_nightly_retrain"]
+    dag = dagbag.dags["mnist_nightly_retrain"]
     order = [
         "claim_curated",
         "ingest_raw_drop",
@@ -133,7 +133,8 @@ def test_every_partition_writer_runs_between_its_lock_claim_and_release(dagbag):
             assert task.task_id in release.get_flat_relative_ids(upstream=True), (dag.dag_id, task.task_id)
             assert claim.is_setup and release.is_teardown and claim.mode == "reschedule"
             seen.add(dag.dag_id)
-    assert seen == {"ml_nightly_retrain", "ml_batch_scoring", "ml_score_on_new_champion", "ml_bulk_backfill_scoring"}
+    writers = ("nightly_retrain", "batch_scoring", "score_on_new_champion", "bulk_backfill_scoring")
+    assert seen == {f"{workflow}_{dag}" for workflow in ("mnist", "diabetes") for dag in writers}
 
 
 # Job code and the libraries only the jobs need: importing any of them while parsing would

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+WORKFLOW = "mnist"
 MODEL = "mnist_cnn"
 NIGHTLY_DATE = "2026-11-29"
 NIGHTLY_PARTITION = "2026-11-28"  # the run of the 29th processes the day before
@@ -64,31 +65,31 @@ def task_log(stack, dag_id: str, run_id: str, task_id: str, try_number: int = 1)
 
 
 def register_quick_champion(tracking_uri: str, rows: int = 2000, steps: int = 150) -> str:
-    """Train the real CNN briefly in-process, log and register it, make it a passed
-    ``champion``; returns the version. For tests whose subject is not training."""
+    """Train the MNIST workflow's CNN briefly in-process, log it as the train job does
+    (``spark_jobs.training.model_logging``), register it, make it a passed ``champion``;
+    returns the version. For tests whose subject is not training."""
     import mlflow
     import numpy as np
-    import pandas as pd
     import torch
     import torch.nn.functional as F
     from mlflow import MlflowClient
 
-    from spark_jobs.model import MnistNet
+    from spark_jobs import workflows
     from spark_jobs.sample_data import make_rows
-    from spark_jobs.schema import PIXEL_COLS
-    from spark_jobs.train import log_classifier
+    from spark_jobs.training.model_logging import log_serving_model
 
-    labels, pixels = make_rows("2026-10-01", rows, seed=11)
-    x, y = torch.from_numpy(pixels.astype(np.float32)), torch.from_numpy(labels)
+    workflow = workflows.load(WORKFLOW)
+    labels, images = make_rows(workflow, "2026-10-01", rows, seed=11)
+    # The images as the curated table holds them (uint8 [n, 28, 28]); class indices for the loss.
+    x, y = torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
     torch.manual_seed(0)
-    net = MnistNet()
+    net = workflows.model_factory(workflow)()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.5)
     for _step in range(steps):
         idx = torch.randint(0, rows, (32,))
         optimizer.zero_grad()
         F.nll_loss(net(x[idx]), y[idx]).backward()
         optimizer.step()
-    example = pd.DataFrame(pixels[:5].astype(np.int32), columns=PIXEL_COLS)
     client = MlflowClient(tracking_uri=tracking_uri)
     # An explicit experiment: this process may have another server's experiment active.
     experiment = client.get_experiment_by_name(MODEL)
@@ -96,7 +97,7 @@ def register_quick_champion(tracking_uri: str, rows: int = 2000, steps: int = 15
     mlflow.set_tracking_uri(tracking_uri)
     try:
         with mlflow.start_run(experiment_id=experiment_id):
-            model_uri = log_classifier(net.state_dict(), example)
+            model_uri = log_serving_model(workflow, net.state_dict(), images[:5])
         info = mlflow.register_model(model_uri, MODEL)
     finally:
         mlflow.set_tracking_uri(None)

@@ -1,4 +1,4 @@
-"""``ml_nightly_retrain`` through ``airflow dags test``: real spark-submit, a real MLflow
+"""``mnist_nightly_retrain`` through ``airflow dags test``: real spark-submit, a real MLflow
 server and two Horovod ranks. The DAG runs twice for the same date; both runs are shared
 by the assertions below (each run takes about three minutes on two cores). Meanwhile a
 thread lists the sockets listening in every process of the session (MLflow, Airflow,
@@ -14,7 +14,7 @@ from e2e_support import NIGHTLY_PARTITION as PARTITION
 from e2e_support import NIGHTLY_ROWS as ROWS
 from local_stack import SocketWatch
 
-DAG_ID = "ml_nightly_retrain"
+DAG_ID = "mnist_nightly_retrain"
 
 
 def partition_table(stack, dataset: str, columns=None):

@@ -1,5 +1,5 @@
 """The production profile: Postgres metadata DB and CeleryExecutor with a Redis broker and
-a Celery worker (all on loopback). ``ml_batch_scoring``, unchanged, backfills a day to
+a Celery worker (all on loopback). ``mnist_batch_scoring``, unchanged, backfills a day to
 success: only Airflow's own configuration differs from the embedded default."""
 
 from __future__ import annotations
@@ -46,16 +46,24 @@ def test_batch_scoring_backfill_succeeds_under_celery_and_postgres(celery_stack)
     stack = celery_stack
     version = register_quick_champion(stack.tracking_uri)
     stack.generate_drops([DAY], rows=ROWS, seed=5)
-    wait_for(lambda: stack.api("GET", "/dags/ml_batch_scoring")[0] == 200, 180, 2, "DAG parsed")
-    stack.airflow("dags", "unpause", "ml_batch_scoring", capture_output=True)
+    wait_for(lambda: stack.api("GET", "/dags/mnist_batch_scoring")[0] == 200, 180, 2, "DAG parsed")
+    stack.airflow("dags", "unpause", "mnist_batch_scoring", capture_output=True)
     stack.airflow(
-        "backfill", "create", "--dag-id", "ml_batch_scoring", "--from-date", DAY, "--to-date", DAY, capture_output=True
+        "backfill",
+        "create",
+        "--dag-id",
+        "mnist_batch_scoring",
+        "--from-date",
+        DAY,
+        "--to-date",
+        DAY,
+        capture_output=True,
     )
     run = wait_for(
         lambda: next(
             (
                 r
-                for r in stack.api("GET", "/dags/ml_batch_scoring/dagRuns?run_type=backfill")[1]["dag_runs"]
+                for r in stack.api("GET", "/dags/mnist_batch_scoring/dagRuns?run_type=backfill")[1]["dag_runs"]
                 if r["state"] in ("success", "failed")
             ),
             None,
@@ -65,7 +73,7 @@ def test_batch_scoring_backfill_succeeds_under_celery_and_postgres(celery_stack)
         "backfill run finished",
     )
     assert run["state"] == "success", run
-    _, tis = stack.api("GET", f"/dags/ml_batch_scoring/dagRuns/{run['dag_run_id']}/taskInstances")
+    _, tis = stack.api("GET", f"/dags/mnist_batch_scoring/dagRuns/{run['dag_run_id']}/taskInstances")
     assert {ti["state"] for ti in tis["task_instances"]} == {"success"}
     # The tasks ran in the Celery worker process, not in the scheduler.
     worker_log = (stack.airflow_home / "service-logs" / "celery-worker.log").read_text()

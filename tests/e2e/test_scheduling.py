@@ -5,7 +5,7 @@ API (valid and invalid conf), a bulk backfill compared row for row with daily ru
 champion Asset starting the re-scoring DAG, undeclared conf keys arriving by the CLI, a
 backfill and TriggerDagRunOperator, and Airflow's own kills of a running Spark task.
 
-``ml_batch_scoring`` has data-interval semantics: ``--from-date 2026-11-01 --to-date
+``mnist_batch_scoring`` has data-interval semantics: ``--from-date 2026-11-01 --to-date
 2026-11-03`` creates the runs that score ds 2026-11-01..2026-11-03.
 """
 
@@ -22,9 +22,9 @@ import pytest
 from e2e_support import MODEL, finished_run, task_instances, task_log, wait_for
 from process_markers import describe, marked_processes, wait_for_marked_process, wait_for_no_marked_processes
 
-SCORING = "ml_batch_scoring"
-BULK = "ml_bulk_backfill_scoring"
-ON_NEW_CHAMPION = "ml_score_on_new_champion"
+SCORING = "mnist_batch_scoring"
+BULK = "mnist_bulk_backfill_scoring"
+ON_NEW_CHAMPION = "mnist_score_on_new_champion"
 ROWS = 1000
 DAYS = [f"2026-11-0{d}" for d in range(1, 6)]  # ds 2026-11-01 .. 2026-11-05
 MISSING_DAY = "2026-11-06"  # no drop: never curated
@@ -36,7 +36,7 @@ MARKER_VAR = "E2E_MARKER"  # ditto: set on every process of e2e_spark_kill's job
 def services(airflow_services, champion):
     stack = airflow_services
     stack.generate_drops(DAYS, rows=ROWS, seed=3)
-    dags = (SCORING, "ml_train_on_demand", BULK, ON_NEW_CHAMPION)
+    dags = (SCORING, "mnist_train_on_demand", BULK, ON_NEW_CHAMPION)
     for dag_id in (*dags, "e2e_trigger_with_unknown_key", "e2e_spark_kill"):
         wait_for(lambda dag_id=dag_id: stack.api("GET", f"/dags/{dag_id}")[0] == 200, 120, 2, f"{dag_id} parsed")
         stack.airflow("dags", "unpause", dag_id, capture_output=True)
@@ -238,13 +238,19 @@ def test_as_of_policy_scores_each_day_with_the_champion_of_that_day(services, ba
     ],
 )
 def test_invalid_training_conf_is_refused_at_trigger_time(services, conf, field):
-    status, body = services.api("POST", "/dags/ml_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
+    status, body = services.api("POST", "/dags/mnist_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
     assert 400 <= status < 500 and field in body["detail"], (status, body)
 
 
 def test_invalid_conf_through_the_cli_is_refused_naming_the_field(services):
     result = services.airflow(
-        "dags", "trigger", "ml_train_on_demand", "--conf", json.dumps({"epochs": 0}), check=False, capture_output=True
+        "dags",
+        "trigger",
+        "mnist_train_on_demand",
+        "--conf",
+        json.dumps({"epochs": 0}),
+        check=False,
+        capture_output=True,
     )
     assert result.returncode != 0 and "epochs" in result.stdout + result.stderr
 
@@ -253,7 +259,7 @@ def test_valid_training_conf_runs_with_those_parameters_and_its_promotion_rescor
     services, backfills, mlflow_client, champion
 ):
     """An on-demand run with chosen parameters trains, registers and promotes; the champion
-    Asset event of its ``publish_champion`` starts ``ml_score_on_new_champion``, which
+    Asset event of its ``publish_champion`` starts ``mnist_score_on_new_champion``, which
     re-scores the newest curated day with the new version. ``champion`` is unset first so
     that the accuracy floor alone decides (the module's champion is restored after). It
     trains on days the backfills curated."""
@@ -262,10 +268,10 @@ def test_valid_training_conf_runs_with_those_parameters_and_its_promotion_rescor
     conf = {"epochs": 15, "end_ds": DAYS[-1], "window_days": len(DAYS), "promote": True}
     mlflow_client.delete_registered_model_alias(MODEL, "champion")
     try:
-        status, run = services.api("POST", "/dags/ml_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
+        status, run = services.api("POST", "/dags/mnist_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
         assert status == 200, run
-        final = finished_run(services, "ml_train_on_demand", run["dag_run_id"])
-        assert final["state"] == "success", task_instances(services, "ml_train_on_demand", run["dag_run_id"])
+        final = finished_run(services, "mnist_train_on_demand", run["dag_run_id"])
+        assert final["state"] == "success", task_instances(services, "mnist_train_on_demand", run["dag_run_id"])
         (trained,) = mlflow_client.search_runs(
             mlflow_client.get_experiment_by_name(MODEL).experiment_id,
             filter_string=f"tags.airflow_run_id = '{run['dag_run_id']}'",
@@ -299,7 +305,7 @@ def test_undeclared_conf_key_from_the_cli_fails_the_run_at_check_conf(services):
     created = services.airflow(
         "dags",
         "trigger",
-        "ml_train_on_demand",
+        "mnist_train_on_demand",
         "--run-id",
         run_id,
         "--conf",
@@ -308,14 +314,14 @@ def test_undeclared_conf_key_from_the_cli_fails_the_run_at_check_conf(services):
         capture_output=True,
     )
     assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
-    assert_refused_at_check_conf(services, "ml_train_on_demand", run_id)
+    assert_refused_at_check_conf(services, "mnist_train_on_demand", run_id)
 
 
 def test_undeclared_conf_key_from_trigger_dag_run_operator_fails_the_run_at_check_conf(services):
     status, run = services.api("POST", "/dags/e2e_trigger_with_unknown_key/dagRuns", {"logical_date": None})
     assert status == 200, run
     assert finished_run(services, "e2e_trigger_with_unknown_key", run["dag_run_id"])["state"] == "success"
-    assert_refused_at_check_conf(services, "ml_train_on_demand", f"{run['dag_run_id']}__triggered")
+    assert_refused_at_check_conf(services, "mnist_train_on_demand", f"{run['dag_run_id']}__triggered")
 
 
 def test_undeclared_conf_key_in_a_backfill_fails_its_run_at_check_conf(services):
@@ -396,7 +402,7 @@ WRITERS = ("ingest_raw_drop", "score_partition")  # write curated/quarantine and
 
 def test_two_runs_writing_one_partition_take_turns(services):
     """A manual re-run of a day started while that day's run is still going: two runs of
-    ml_batch_scoring with the same data interval, at once (the DAG allows two active runs).
+    mnist_batch_scoring with the same data interval, at once (the DAG allows two active runs).
     Each writer of the day's partitions must run alone; the day ends written once."""
     from datetime import datetime
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faults_support import BASE_DS, BASE_ROWS, BASE_SEED, EXPERIMENT, JobRunner
+from faults_support import BASE_DS, BASE_ROWS, BASE_SEED, EXPERIMENT, WORKFLOW, JobRunner
 from local_stack import LocalStack, free_port
 from package_jobs import package_jobs
 
@@ -36,6 +36,8 @@ class FaultsStack:
 
     def ingest_args(self, ds: str, raw_path: Path | None = None, *extra: str) -> list[str]:
         return [
+            "--workflow",
+            WORKFLOW,
             "--ds",
             ds,
             "--raw-path",
@@ -56,7 +58,7 @@ def faults_stack(tmp_path_factory: pytest.TempPathFactory):
         state_dir=state,
         mlflow_port=free_port(),
         api_port=free_port(),
-        extra_env={"ML_JOBS_ARCHIVE": str(archive), "ML_EXPERIMENT_NAME": EXPERIMENT},
+        extra_env={"ML_JOBS_ARCHIVE": str(archive), "ML_MNIST_EXPERIMENT_NAME": EXPERIMENT},
     )
     # Jobs started directly (not through the operator) get the URI the operator would give them.
     jobs = JobRunner(
@@ -101,12 +103,14 @@ def ingest_spark():
 @pytest.fixture(scope="session")
 def base_partition(faults_stack, ingest_spark) -> str:
     """A clean curated partition of BASE_ROWS rows, for the training and registry tests."""
+    from spark_jobs import workflows
     from spark_jobs.ingest import ingest_partition
     from spark_jobs.sample_data import write_drop
 
-    write_drop(faults_stack.dataset("raw"), BASE_DS, BASE_ROWS, seed=BASE_SEED)
+    write_drop(WORKFLOW, faults_stack.dataset("raw"), BASE_DS, BASE_ROWS, seed=BASE_SEED)
     report = ingest_partition(
         ingest_spark,
+        workflow=workflows.load(WORKFLOW),
         raw_path=str(faults_stack.raw_drop(BASE_DS)),
         ds=BASE_DS,
         curated_root=str(faults_stack.dataset("curated")),

@@ -25,6 +25,7 @@ from local_stack import REPO, VENV_BIN
 
 MARKER_VAR = "FAULTS_MARKER"
 EXPERIMENT = "faults"
+WORKFLOW = "mnist"  # of every job the suite runs
 BASE_DS = "2026-10-01"  # the clean partition shared by the training and registry tests
 BASE_ROWS = 300
 BASE_SEED = 11  # of the generated rows in the base partition
@@ -206,16 +207,16 @@ def mlflow_client_env(tracking_uri: str):
 
 
 def log_untrained_model(tracking_uri: str, tags: dict[str, str], seed: int = 0) -> tuple[str, str]:
-    """An MLflow run with the seed CNN, untrained, logged the way the train job logs it
-    (``spark_jobs.train.log_classifier``: TorchScript, signature over the 784 integer pixel
-    columns, input example).
+    """An MLflow run with the MNIST workflow's CNN, untrained, logged the way the train job
+    logs it (``spark_jobs.training.model_logging``: TorchScript serving form, tensor
+    signature uint8 ``[-1, 28, 28]``, input example, the workflow in its metadata).
 
     The registry tests need distinct training runs with a model, not a good model; this
     costs seconds instead of a Horovod job. Returns (run id, model URI).
     """
     import torch
 
-    from spark_jobs.model import MnistNet
+    from spark_jobs.workflows.mnist import MnistNet
 
     torch.manual_seed(seed)
     return _log_cnn_run(tracking_uri, tags, MnistNet().state_dict())
@@ -232,11 +233,12 @@ def log_briefly_trained_model(
     import torch
     import torch.nn.functional as F
 
-    from spark_jobs.model import MnistNet
     from spark_jobs.sample_data import make_rows
+    from spark_jobs.workflows.mnist import MnistNet
 
-    labels, pixels = make_rows(BASE_DS, rows, seed=BASE_SEED + 1)
-    x, y = torch.from_numpy(pixels.astype(np.float32)), torch.from_numpy(labels)
+    labels, images = make_rows(WORKFLOW, BASE_DS, rows, seed=BASE_SEED + 1)
+    # The images as the curated table holds them (uint8 [n, 28, 28]); class indices for the loss.
+    x, y = torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
     torch.manual_seed(0)
     net = MnistNet()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.5)
@@ -251,16 +253,16 @@ def log_briefly_trained_model(
 def _log_cnn_run(tracking_uri: str, tags: dict[str, str], state_dict) -> tuple[str, str]:
     import mlflow
     import numpy as np
-    import pandas as pd
 
-    from spark_jobs.schema import PIXEL_COLS
-    from spark_jobs.train import log_classifier
+    from spark_jobs import workflows
+    from spark_jobs.training.model_logging import log_serving_model
 
-    example = pd.DataFrame(np.zeros((2, len(PIXEL_COLS)), dtype=np.int32), columns=PIXEL_COLS)
+    workflow = workflows.load(WORKFLOW)
+    example = np.zeros((2, *workflow.features.shape), dtype=workflow.features.dtype)
     with mlflow_client_env(tracking_uri):
         client = mlflow.MlflowClient()
         experiment = client.get_experiment_by_name(EXPERIMENT)
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
         with mlflow.start_run(experiment_id=experiment_id, tags=tags) as run:
-            model_uri = log_classifier(state_dict, example)
+            model_uri = log_serving_model(workflow, state_dict, example)
     return run.info.run_id, model_uri

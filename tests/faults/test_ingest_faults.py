@@ -29,12 +29,13 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
-from faults_support import wait_for_no_orphans
-from spark_jobs import partitions
+from faults_support import WORKFLOW, wait_for_no_orphans
+from spark_jobs import partitions, sample_data, workflows
 from spark_jobs.ingest import SNIFF_BYTES, IngestError, ingest_manifest_path, ingest_partition, rejected_manifest_path
-from spark_jobs.sample_data import make_rows
-from spark_jobs.schema import PIXEL_COLS, RAW_COLS
 
+MNIST = workflows.load(WORKFLOW)
+RAW_COLS = MNIST.raw_fields
+PIXEL_COLS = MNIST.features.raw_fields
 STORY_DS = "2026-10-05"
 HEADER = ",".join(RAW_COLS)
 ZEROS = ["0"] * 784
@@ -99,8 +100,7 @@ GOOD_ROWS, GZIP_ROWS, BOM_ROWS = 60, 20, 10
 
 
 def csv_lines(ds: str, rows: int, seed: int) -> list[str]:
-    labels, pixels = make_rows(ds, rows, seed=seed)
-    return [",".join(str(v) for v in (label, *px)) for label, px in zip(labels, pixels, strict=False)]
+    return sample_data.csv_lines(MNIST, *sample_data.make_rows(MNIST, ds, rows, seed=seed))
 
 
 def write_story_drop(folder: Path) -> dict[str, int]:
@@ -282,6 +282,7 @@ def previous_partition(ingest_spark, tmp_path_factory):
 def run_ingest(spark, roots: Path, raw: Path, max_bad_ratio: float = 0.05):
     return ingest_partition(
         spark,
+        workflow=MNIST,
         raw_path=str(raw),
         ds=FILE_DS,
         curated_root=str(roots / "curated"),
@@ -442,3 +443,13 @@ def test_missing_drop_fails_clearly(ingest_spark, previous_partition, tmp_path):
     with pytest.raises(IngestError, match=r"raw drop \S+nowhere does not exist"):
         run_ingest(ingest_spark, previous_partition, tmp_path / "nowhere")
     assert partition(previous_partition / "curated", FILE_DS, ["row_id"]).num_rows == 25
+
+
+def test_an_unknown_workflow_fails_the_job_in_one_line(faults_stack, tmp_path):
+    """The DAGs pass ``--workflow``; a name no declaration has stops the job before its
+    SparkSession: one error line naming it, no traceback, exit status 1."""
+    job = faults_stack.jobs.run("ingest", ["--workflow", "nope", *faults_stack.ingest_args(FILE_DS, tmp_path)[2:]])
+    assert job.returncode == 1, job.output[-4000:]
+    errors = [line for line in job.output.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "ingest failed: no workflow 'nope'" in errors[0], job.output[-4000:]
+    assert "Traceback" not in job.output

@@ -24,7 +24,7 @@ B to E untrained (distinct runs; the point is the bookkeeping, and the refusals 
    step 1 waits for the server (the machine is mostly idle then).
 
 After every job, no process carrying its marker is left. Thresholds are opened
-(``--min-accuracy 0``, tolerance 1) except for D and E.
+(``--floor 0 --tolerance 1``) except for D and E.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ RETRY_LINE = "Retrying (Retry("  # urllib3's warning for each retried request
 # The test holds the promotion lock for minutes while five jobs share two cores: the
 # waiters must not take it for a dead holder's (LOCK_STALE_AFTER_S is 5 minutes).
 PATIENT_WAITER = ("--lock-stale-after", "1200", "--lock-timeout", "1500")
-OPEN = {"min_accuracy": 0.0, "tolerance": 1.0}
-WORSE_THAN_CHAMPION = {"min_accuracy": 0.0, "tolerance": 0.01}
-BELOW_FLOOR = {"min_accuracy": 0.5, "tolerance": 1.0}
+OPEN = {"floor": 0.0, "tolerance": 1.0}
+WORSE_THAN_CHAMPION = {"floor": 0.0, "tolerance": 0.01}
+BELOW_FLOOR = {"floor": 0.5, "tolerance": 1.0}
 FIRST_NIGHT, SECOND_NIGHT = "2026-10-02T02:00:00+00:00", "2026-10-03T02:00:00+00:00"
 CANDIDATES = ("A", "B", "C", "D", "E")
 
@@ -89,10 +89,12 @@ def registry(faults_stack, base_partition, mlflow_client):
 
 
 def register_args(
-    registry, name: str, logical_time: str, *, min_accuracy: float, tolerance: float, extra: tuple[str, ...] = ()
+    registry, name: str, logical_time: str, *, floor: float, tolerance: float, extra: tuple[str, ...] = ()
 ) -> list[str]:
     run_dir = registry["runs"][name]["dir"]
     return [
+        "--workflow",
+        "mnist",
         "--train-manifest",
         str(run_dir / "train.json"),
         "--output-manifest",
@@ -105,9 +107,9 @@ def register_args(
         BASE_DS,
         "--model-name",
         registry["model"],
-        "--min-accuracy",
-        str(min_accuracy),
-        "--champion-tolerance",
+        "--floor",
+        str(floor),
+        "--tolerance",
         str(tolerance),
         "--git-revision",
         "faults",
@@ -497,7 +499,8 @@ def test_candidate_worse_than_the_champion_is_refused(contention, outage):
     assert manifest["promoted"] is False and manifest["passed"] is False
     assert "worse than champion's" in manifest["reason"], manifest["reason"]
     # Compared with the champion on the same held-out rows, and really worse there.
-    assert manifest["champion_accuracy"] > manifest["holdout_accuracy"] + WORSE_THAN_CHAMPION["tolerance"]
+    assert manifest["metric"] == "accuracy"
+    assert manifest["champion_value"] > manifest["holdout_value"] + WORSE_THAN_CHAMPION["tolerance"]
     assert_refusal_left_champion_alone(contention, "D", champion)
 
 
@@ -508,7 +511,7 @@ def test_candidate_below_the_floor_is_refused(contention, outage):
     manifest = refused["manifest"]
     assert manifest["promoted"] is False and manifest["passed"] is False
     assert "below the floor" in manifest["reason"], manifest["reason"]
-    assert manifest["holdout_accuracy"] < BELOW_FLOOR["min_accuracy"]
+    assert manifest["holdout_value"] < BELOW_FLOOR["floor"]
     assert_refusal_left_champion_alone(contention, "E", champion)
 
 

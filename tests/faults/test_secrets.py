@@ -1,7 +1,7 @@
 """Secrets: an MLflow password in the connection reaches the jobs only through their
 environment, never a spark-submit command line, a task log or anything the run writes.
 
-``ml_batch_scoring`` runs through ``airflow dags test`` (ingest, gate, score: two
+``mnist_batch_scoring`` runs through ``airflow dags test`` (ingest, gate, score: two
 spark-submits and the gate talk to MLflow) with ``login``/``password`` in
 ``AIRFLOW_CONN_MLFLOW_DEFAULT`` (the local server has no auth and ignores them). While it
 runs, a thread reads the command line of every process of the run; afterwards every file
@@ -31,7 +31,7 @@ import psutil
 import pyarrow.dataset as pads
 import pytest
 
-from faults_support import MARKER_VAR, log_untrained_model, marked_processes, mlflow_client_env, new_marker
+from faults_support import MARKER_VAR, WORKFLOW, log_untrained_model, marked_processes, mlflow_client_env, new_marker
 from local_stack import VENV_BIN, SocketWatch
 
 LOGICAL_DATE, PARTITION = "2026-10-11", "2026-10-10"
@@ -99,7 +99,7 @@ def secret_run(faults_stack, mlflow_client):
         version = mlflow.register_model(model_uri, model).version
     mlflow_client.set_model_version_tag(model, version, "validation_status", "passed")
     mlflow_client.set_registered_model_alias(model, "champion", version)
-    write_drop(faults_stack.dataset("raw"), PARTITION, ROWS, seed=9)
+    write_drop(WORKFLOW, faults_stack.dataset("raw"), PARTITION, ROWS, seed=9)
     stack.migrate()
 
     marker = new_marker()
@@ -114,12 +114,12 @@ def secret_run(faults_stack, mlflow_client):
     env = {
         **stack.env(),
         "AIRFLOW_CONN_MLFLOW_DEFAULT": json.dumps(connection),
-        "ML_MODEL_NAME": model,
+        "ML_MNIST_MODEL_NAME": model,
         MARKER_VAR: marker,
     }
     with CommandLineWatch(marker, secret) as watch:
         completed = subprocess.run(
-            [str(VENV_BIN / "airflow"), "dags", "test", "ml_batch_scoring", LOGICAL_DATE],
+            [str(VENV_BIN / "airflow"), "dags", "test", "mnist_batch_scoring", LOGICAL_DATE],
             env=env,
             capture_output=True,
             text=True,
@@ -251,9 +251,12 @@ class RankWatch(SocketWatch):
 @pytest.fixture(scope="module")
 def horovod_training(ingest_spark, base_partition, faults_stack, tmp_path_factory):
     """Two Horovod ranks, one epoch, through ``run_horovod`` as the train job calls it."""
+    from spark_jobs import workflows
     from spark_jobs.dataset import filter_training_rows
     from spark_jobs.partitions import read_partitions
-    from spark_jobs.train import TrainConfig, run_horovod, write_training_shards
+    from spark_jobs.training.launch import run_horovod
+    from spark_jobs.training.loop import TrainConfig
+    from spark_jobs.training.shards import write_training_shards
 
     window_df = read_partitions(ingest_spark, str(faults_stack.dataset("curated")), base_partition, base_partition)
     shard_dir = tmp_path_factory.mktemp("horovod-env") / "shards"
@@ -264,7 +267,9 @@ def horovod_training(ingest_spark, base_partition, faults_stack, tmp_path_factor
         for name, value in [*DRIVER_SECRETS.items(), RANK_SETTING]:
             patch.setenv(name, value)
         with RankWatch() as watch:
-            rank0 = run_horovod(ingest_spark, TrainConfig(epochs=1), shard_files, 2, None)
+            rank0 = run_horovod(
+                ingest_spark, TrainConfig.for_workflow(workflows.load("mnist"), epochs=1), shard_files, 2, None
+            )
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
     return {"rank0": rank0, "watch": watch}

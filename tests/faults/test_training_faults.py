@@ -14,6 +14,7 @@ a survivor is found even after it was re-parented or moved to a session of its o
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -27,17 +28,21 @@ import pytest
 from faults_support import (
     EXPERIMENT,
     MARKER_VAR,
+    WORKFLOW,
     describe,
     marked_processes,
     new_marker,
     spark_conf,
     wait_for_no_orphans,
-    wait_for_process,
 )
 from local_stack import REPO, VENV_BIN
 
-# Airflow's supervisor sends SIGKILL to a task this long after SIGTERM.
-AIRFLOW_KILL_ESCALATION_S = 5.0
+
+def airflow_kill_escalation_s() -> float:
+    """How long Airflow's supervisor waits after SIGTERM before it SIGKILLs a task, read from Airflow."""
+    from airflow.sdk.execution_time.supervisor import ActivitySubprocess
+
+    return inspect.signature(ActivitySubprocess.kill).parameters["escalation_delay"].default
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +67,8 @@ def train_operator(faults_stack, ds: str, scenario: str, attempt: int, marker: s
         conf=spark_conf(),
         name="faults-train",
         application_args=[
+            "--workflow",
+            WORKFLOW,
             "--curated-root",
             str(curated),
             "--start-ds",
@@ -130,8 +137,9 @@ def training(faults_stack, base_partition, operator_env, mlflow_client):
     # 1. the task killed while the ranks train
     marker = new_marker()
     attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 1, marker))
-    wait_for_process(marker, "gloo_exec_fn", timeout=600)
-    time.sleep(1)
+    # Both ranks running: the kill lands while they train, not while they start.
+    rank_process(marker, "0")
+    rank_process(marker, "1")
     seen["tree_before_kill"] = describe(marked_processes(marker))
     started = time.monotonic()
     attempt.operator.on_kill()
@@ -147,8 +155,8 @@ def training(faults_stack, base_partition, operator_env, mlflow_client):
     marker = new_marker()
     gloo_timeout = {"HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}
     attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 2, marker, gloo_timeout))
+    rank_process(marker, "0")
     rank = rank_process(marker, "1")
-    time.sleep(1)
     rank.send_signal(signal.SIGKILL)
     started = time.monotonic()
     attempt.join()
@@ -187,7 +195,7 @@ def training(faults_stack, base_partition, operator_env, mlflow_client):
 def test_killed_task_leaves_no_process_of_the_job(training):
     assert any("gloo_exec_fn" in line for line in training["tree_before_kill"]), training["tree_before_kill"]
     # Each attempt's SIGTERM handler must finish before Airflow escalates to SIGKILL.
-    assert training["on_kill_s"] < AIRFLOW_KILL_ESCALATION_S
+    assert training["on_kill_s"] < airflow_kill_escalation_s()
     assert training["left_when_on_kill_returned"] == []
     assert training["left_after_5s"] == []
     assert training["killed_error"] is not None

@@ -32,6 +32,8 @@ MLFLOW_ENV_VARS = (
     "MLFLOW_TRACKING_TOKEN",
 )
 SIGNATURE_COLUMNS = {"pixel0": "integer", "pixel1": "integer"}
+# The tensor signature every workflow's model has (here MNIST's): input "features", [-1, *shape].
+SIGNATURE_TENSOR = {"dtype": "uint8", "shape": [28, 28]}
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,55 @@ def logged_models(mlflow_server: MlflowServer) -> list[LoggedModel]:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
             os.environ["MLFLOW_TRACKING_URI"] = previous
+
+
+@pytest.fixture(scope="session")
+def logged_tensor_model(mlflow_server: MlflowServer) -> LoggedModel:
+    """A tiny pyfunc model with the tensor signature the train job logs: ``features``
+    uint8 ``[-1, 28, 28]`` in, float32 ``[-1, 10]`` out (answers 0 everywhere)."""
+    import mlflow
+    import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types import Schema, TensorSpec
+
+    class Uniform(mlflow.pyfunc.PythonModel):
+        def predict(self, context: Any, model_input: np.ndarray, params: Any = None) -> np.ndarray:
+            return np.full((len(model_input), 10), 0.1, dtype=np.float32)
+
+    dtype, shape = np.dtype(SIGNATURE_TENSOR["dtype"]), tuple(SIGNATURE_TENSOR["shape"])
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(dtype, (-1, *shape), name="features")]),
+        outputs=Schema([TensorSpec(np.dtype("float32"), (-1, 10))]),
+    )
+    previous = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = mlflow_server.uri
+    try:
+        mlflow.set_experiment("registry-gate-tests")
+        with mlflow.start_run() as run:
+            info = mlflow.pyfunc.log_model(
+                name="model", python_model=Uniform(), signature=signature, metadata={"workflow": "mnist"}
+            )
+        return LoggedModel(info.model_uri, info.model_id, run.info.run_id, 0)
+    finally:
+        if previous is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = previous
+
+
+@pytest.fixture
+def make_tensor_model(client, logged_tensor_model: LoggedModel) -> Callable[[], str]:
+    """Register a fresh model whose version 1 (champion) has the tensor signature."""
+
+    def make() -> str:
+        name = f"gate-tensor-{uuid.uuid4().hex[:10]}"
+        client.create_registered_model(name)
+        logged = logged_tensor_model
+        client.create_model_version(name, source=logged.model_uri, run_id=logged.run_id, model_id=logged.model_id)
+        client.set_registered_model_alias(name, "champion", "1")
+        return name
+
+    return make
 
 
 @pytest.fixture

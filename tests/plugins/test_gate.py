@@ -328,6 +328,130 @@ def test_unreadable_dataset_path_fails(mlflow_conn, make_model, tmp_path):
         run_gate(model_name=name, dataset_path=str(tmp_path / "empty"))
 
 
+# -- tensor signatures (every workflow's model) ----------------------------------------------
+
+
+def write_curated(root: Path, workflow, *, files: int = 1) -> Path:
+    """A curated partition exactly as ``spark_jobs`` writes it without Spark (its footer
+    carries the Spark schema with the ``features`` column's ``ml_tensor`` metadata)."""
+    import numpy as np
+
+    from spark_jobs.schema import curated_arrow_table
+
+    partition = root / "curated" / "ds=2026-11-28"
+    partition.mkdir(parents=True)
+    for index in range(files):
+        rows = np.zeros((3, *workflow.features.shape))
+        table = curated_arrow_table(workflow, np.arange(3) + 3 * index, np.zeros(3), rows)
+        pq.write_table(table, partition / f"part-{index:05d}.parquet")
+    return partition
+
+
+def layout_variant(name: str, **features):
+    """A workflow whose features differ from the declared one (dtype or shape)."""
+    from dataclasses import replace
+
+    from spark_jobs import workflows
+
+    workflow = workflows.load(name)
+    return replace(workflow, features=replace(workflow.features, **features))
+
+
+def test_tensor_signature_satisfied_by_a_curated_partition(mlflow_conn, make_tensor_model, tmp_path):
+    from spark_jobs import workflows
+
+    name = make_tensor_model()
+    partition = write_curated(tmp_path, workflows.load("mnist"), files=2)
+    assert run_gate(model_name=name, dataset_path=str(partition))["version"] == "1"
+    # The dataset root (every day, partition column ds) reads the same.
+    assert run_gate(model_name=name, dataset_path=str(partition.parent))["version"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("workflow", "holds"),
+    [
+        (("diabetes", {}), r"float32 \[10\]"),  # another workflow's data: dtype and shape differ
+        (("mnist", {"dtype": "float32"}), r"float32 \[28, 28\]"),  # wrong dtype
+        (("mnist", {"shape": (784,)}), r"uint8 \[784\]"),  # wrong shape, same bytes per row
+    ],
+    ids=["other-workflow", "wrong-dtype", "wrong-shape"],
+)
+def test_tensor_signature_refuses_a_partition_of_another_layout(
+    mlflow_conn, make_tensor_model, tmp_path, workflow, holds
+):
+    name = make_tensor_model()
+    partition = write_curated(tmp_path, layout_variant(workflow[0], **workflow[1]))
+    with pytest.raises(
+        AirflowFailException,
+        match=rf"version 1 is not eligible: signature: the model takes uint8 \[28, 28\]; "
+        rf"dataset .*ds=2026-11-28 holds {holds}$",
+    ):
+        run_gate(model_name=name, dataset_path=str(partition))
+
+
+def test_tensor_signature_refuses_a_partition_without_tensor_metadata(mlflow_conn, make_tensor_model, tmp_path):
+    name = make_tensor_model()
+    partition = tmp_path / "curated" / "ds=2026-11-28"
+    partition.mkdir(parents=True)
+    table = pa.table({"row_id": pa.array([1], pa.int64()), "features": pa.array([bytes(784)], pa.binary())})
+    pq.write_table(table, partition / "part-00000.parquet")  # no Spark schema in the footer
+    with pytest.raises(
+        AirflowFailException,
+        match=r"signature: the model takes uint8 \[28, 28\]; dataset .* has no 'ml_tensor' metadata on its 'features'",
+    ):
+        run_gate(model_name=name, dataset_path=str(partition))
+
+
+def test_tensor_signature_refuses_a_partition_without_binary_features(mlflow_conn, make_tensor_model, tmp_path):
+    name = make_tensor_model()
+    partition = write_partition(tmp_path, {"pixel0": pa.int32(), "pixel1": pa.int32()})
+    with pytest.raises(
+        AirflowFailException,
+        match=r"the model takes uint8 \[28, 28\] as 'features'; dataset .* has no 'features' column",
+    ):
+        run_gate(model_name=name, dataset_path=str(partition))
+    other = write_partition(tmp_path / "ints", {"features": pa.int32()})
+    with pytest.raises(AirflowFailException, match=r"holds 'features' as int32, not as binary tensors"):
+        run_gate(model_name=name, dataset_path=str(other))
+
+
+def test_tensor_signature_refuses_files_that_disagree(mlflow_conn, make_tensor_model, tmp_path):
+    from spark_jobs import workflows
+
+    name = make_tensor_model()
+    partition = write_curated(tmp_path, workflows.load("mnist"))
+    stray = write_curated(tmp_path / "stray", layout_variant("mnist", shape=(784,)))
+    (stray / "part-00000.parquet").rename(partition / "part-00001.parquet")
+    with pytest.raises(
+        AirflowFailException, match=r"the files of dataset .* disagree: they hold uint8 \[28, 28\], uint8 \[784\]"
+    ):
+        run_gate(model_name=name, dataset_path=str(partition))
+
+
+def test_tensor_signature_checked_against_expected_schema(mlflow_conn, make_tensor_model):
+    name = make_tensor_model()
+    assert run_gate(model_name=name, expected_schema={"features": {"dtype": "uint8", "shape": [28, 28]}})
+    with pytest.raises(
+        AirflowFailException, match=r"signature: the model takes uint8 \[28, 28\]; expected_schema holds float32 \[10\]"
+    ):
+        run_gate(model_name=name, expected_schema={"features": {"dtype": "float32", "shape": [10]}})
+    with pytest.raises(
+        AirflowFailException, match=r"the model takes uint8 \[28, 28\] as 'features'; expected_schema has no 'features'"
+    ):
+        run_gate(model_name=name, expected_schema={"pixel0": "integer"})
+    with pytest.raises(AirflowFailException, match=r"expected_schema\['features'\] must be \{'dtype': ..., 'shape'"):
+        run_gate(model_name=name, expected_schema={"features": "binary"})
+
+
+def test_a_column_model_against_a_curated_partition_names_the_missing_columns(mlflow_conn, make_model, tmp_path):
+    from spark_jobs import workflows
+
+    name = make_model((0,), champion=1)
+    partition = write_curated(tmp_path, workflows.load("mnist"))
+    with pytest.raises(AirflowFailException, match=r"input column 'pixel0' \(integer\) is missing from dataset"):
+        run_gate(model_name=name, dataset_path=str(partition))
+
+
 # -- as_of ----------------------------------------------------------------------------------
 
 
@@ -414,7 +538,7 @@ def test_batch_scoring_rescores_a_day_with_the_version_the_nightly_scored_it_wit
     promote(client, name, "2", dt.datetime(2026, 11, 29, 2, tzinfo=UTC), dt.datetime(2026, 11, 29, 2, 5, tzinfo=UTC))
     from airflow.sdk.execution_time import macros
 
-    dag = parse_dags().dags["ml_batch_scoring"]
+    dag = parse_dags().dags["mnist_batch_scoring"]
     gate = dag.get_task("gate_model")
     day = dt.datetime(2026, 11, 28, tzinfo=UTC)
     dag_run = SimpleNamespace(

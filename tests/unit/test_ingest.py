@@ -3,21 +3,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
+from spark_jobs import workflows
+from spark_jobs.features import decode, tensor_metadata_of_parquet_schema
 from spark_jobs.ingest import (
     REASON_COL,
     IngestError,
     filter_data_lines,
     ingest_manifest_path,
     ingest_partition,
+    main,
     rejected_manifest_path,
     select_curated,
     with_parsed_values,
     with_rejection_reason,
 )
-from spark_jobs.schema import PIXEL_COLS, RAW_COLS
 
+MNIST = workflows.load("mnist")
+DIABETES = workflows.load("diabetes")
+RAW_COLS = MNIST.raw_fields
+PIXEL_COLS = MNIST.features.raw_fields
 HEADER = ",".join(RAW_COLS)
 STRAY_HEADER = "a header line (column names) inside the file: only a file's first line can be its header"
 
@@ -27,10 +35,13 @@ def line(label="3", pixels=None) -> str:
     return ",".join([label, *pixels])
 
 
-def reasons(spark, lines: list[str]) -> list[str | None]:
+def checked(spark, lines: list[str], workflow=MNIST, fast_path: bool = True):
     df = spark.createDataFrame([(line, "f.csv") for line in lines], "raw_record string, source_file string")
-    checked = with_rejection_reason(with_parsed_values(filter_data_lines(df)))
-    return [r[REASON_COL] for r in checked.collect()]
+    return with_rejection_reason(with_parsed_values(filter_data_lines(df), workflow, fast_path=fast_path), workflow)
+
+
+def reasons(spark, lines: list[str], workflow=MNIST) -> list[str | None]:
+    return [r[REASON_COL] for r in checked(spark, lines, workflow).collect()]
 
 
 def test_valid_row_has_no_reason(spark):
@@ -69,10 +80,9 @@ def test_bad_rows_name_the_rule_and_column(spark, raw, expected):
     assert reasons(spark, [raw]) == [expected]
 
 
-def checked_rows(spark, lines: list[str], fast_path: bool) -> list[tuple]:
-    df = spark.createDataFrame([(line, "f.csv") for line in lines], "raw_record string, source_file string")
-    checked = with_rejection_reason(with_parsed_values(filter_data_lines(df), fast_path=fast_path))
-    return [(r["raw_record"], r["_fast"], r["_values"], r[REASON_COL]) for r in checked.collect()]
+def checked_rows(spark, lines: list[str], fast_path: bool, workflow=MNIST) -> list[tuple]:
+    rows = checked(spark, lines, workflow, fast_path=fast_path).collect()
+    return [(r["raw_record"], r["_fast"], r["_label"], r["_values"], r[REASON_COL]) for r in rows]
 
 
 def test_fast_path_decides_exactly_as_the_full_checks(spark):
@@ -104,7 +114,7 @@ def test_fast_path_decides_exactly_as_the_full_checks(spark):
     assert [r[2:] for r in fast] == [r[2:] for r in slow]
     assert [r[1] for r in fast] == [True, True, True] + [False] * (len(lines) - 3)
     valid = [True] * 4 + [False, False, True, True] + [False] * 6 + [True, True, False, False]
-    assert [r[3] is None for r in fast] == valid
+    assert [r[4] is None for r in fast] == valid
 
 
 def test_blank_lines_are_not_rows_and_column_names_are_one(spark):
@@ -113,14 +123,18 @@ def test_blank_lines_are_not_rows_and_column_names_are_one(spark):
     assert reasons(spark, ["", "   ", "\ufeff", HEADER, line()]) == [STRAY_HEADER, None]
 
 
-def test_curated_row_is_typed_and_id_is_stable(spark):
-    df = spark.createDataFrame([(line("4", ["9"] * 784), "f.csv")], "raw_record string, source_file string")
-    checked = with_rejection_reason(with_parsed_values(filter_data_lines(df)))
-    first = select_curated(checked, "2026-11-28").collect()
-    again = select_curated(checked, "2026-11-28").collect()
-    assert first[0]["label"] == 4 and first[0]["pixel783"] == 9
+def test_curated_row_is_typed_dense_and_id_is_stable(spark):
+    pixels = [str(i % 256) for i in range(784)]
+    checked_df = checked(spark, [line("4", pixels)])
+    curated_df = select_curated(checked_df, MNIST, "2026-11-28")
+    first, again = curated_df.collect(), curated_df.collect()
+    assert first[0]["label"] == 4 and first[0]["ds"] == "2026-11-28"
     assert first[0]["row_id"] == again[0]["row_id"]
-    assert dict(select_curated(checked, "2026-11-28").dtypes)["pixel0"] == "int"
+    assert dict(curated_df.dtypes) == {"row_id": "bigint", "label": "int", "features": "binary", "ds": "string"}
+    assert curated_df.schema["features"].metadata == {"ml_tensor": {"dtype": "uint8", "shape": [28, 28]}}
+    features = decode(curated_df.toArrow().column("features"), MNIST.features)
+    assert features.shape == (1, 28, 28) and features.dtype == np.uint8
+    assert features.ravel().tolist() == [i % 256 for i in range(784)]
 
 
 def write_csv(path: Path, lines: list[str]) -> Path:
@@ -129,9 +143,10 @@ def write_csv(path: Path, lines: list[str]) -> Path:
     return path.parent
 
 
-def run_ingest(spark, tmp_path, raw_dir, ds="2026-11-28", max_bad_ratio=0.5):
+def run_ingest(spark, tmp_path, raw_dir, ds="2026-11-28", max_bad_ratio=0.5, workflow=MNIST):
     return ingest_partition(
         spark,
+        workflow=workflow,
         raw_path=str(raw_dir),
         ds=ds,
         curated_root=str(tmp_path / "curated"),
@@ -281,3 +296,182 @@ def test_a_rejected_redrop_leaves_the_published_day_whole_and_is_recorded(spark,
     assert read_json(published)["rows_in"] == 1
     assert not Path(rejected_manifest_path(published)).exists()
     assert not Path(rejected["quarantine_partition"]).exists()
+
+
+def test_curated_parquet_footer_carries_the_tensor_layout(spark, tmp_path):
+    """The registry gate reads a partition's layout from the footer, without its data."""
+    run_ingest(spark, tmp_path, write_csv(tmp_path / "raw" / "x.csv", [line("1"), line("2")]))
+    files = sorted((tmp_path / "curated" / "ds=2026-11-28").glob("*.parquet"))
+    assert files
+    for file in files:
+        assert tensor_metadata_of_parquet_schema(pq.read_schema(file)) == {"dtype": "uint8", "shape": [28, 28]}
+    assert spark.read.parquet(str(tmp_path / "curated")).schema["features"].metadata["ml_tensor"]["shape"] == [28, 28]
+
+
+def test_an_unknown_workflow_is_a_one_line_error_before_spark_starts(monkeypatch, caplog):
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr("spark_jobs.ingest.build_spark_session", no_spark)
+    args = ["--workflow", "nope", "--ds", "2026-11-28", "--raw-path", "r", "--curated-root", "c"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--quarantine-root", "q"])
+    assert exit_info.value.code == 1
+    assert "ingest failed: no workflow 'nope': declared are diabetes, mnist" in caplog.text
+
+
+# --- the diabetes workflow: float32 label and ten named float32 columns -----------------
+
+DIABETES_FIELDS = DIABETES.raw_fields
+DIABETES_HEADER = ",".join(DIABETES_FIELDS)
+PATIENT = {
+    "progression": "151.5",
+    "age": "59",
+    "sex": "2",
+    "bmi": "32.1",
+    "bp": "101",
+    "s1": "157",
+    "s2": "93.2",
+    "s3": "38",
+    "s4": "4",
+    "s5": "4.8598",
+    "s6": "87",
+}
+
+
+def patient(**fields: str) -> str:
+    assert set(fields) <= set(PATIENT)
+    return ",".join({**PATIENT, **fields}[name] for name in DIABETES_FIELDS)
+
+
+def diabetes_reasons(spark, lines: list[str]) -> list[str | None]:
+    return reasons(spark, lines, DIABETES)
+
+
+def test_a_valid_patient_has_no_reason(spark):
+    lines = [
+        patient(),
+        patient(bmi="2.5e1", s5="+4.5", age=" 60 "),
+        patient(progression="0", s4="20"),
+        patient(progression="500.0", sex="0"),
+        patient(bmi="5", s1=".5", s2="7."),
+        patient(s3="-0"),
+    ]
+    assert diabetes_reasons(spark, lines) == [None] * len(lines)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (patient(bmi="90.1"), "bmi out of range 5..80: 90.1"),
+        (patient(bmi="4.99"), "bmi out of range 5..80: 4.99"),
+        (patient(age="-1"), "age out of range 0..120: -1"),
+        (patient(s4="20.000001"), "s4 out of range 0..20: 20.000001"),
+        (patient(s6="1e999"), "s6 out of range 0..250: 1e999"),
+        (patient(progression="500.5"), "progression out of range 0..500: 500.5"),
+        (patient(progression="-3"), "progression out of range 0..500: -3"),
+        (patient(progression="x"), "progression is empty or not a number: 'x'"),
+        (patient(progression=""), "progression is empty or not a number: ''"),
+        (patient(progression="NaN"), "progression is not a finite number: 'NaN'"),
+        (patient(bmi="nan"), "bmi is not a finite number: 'nan'"),
+        (patient(bmi="inf"), "bmi is not a finite number: 'inf'"),
+        (patient(s1="-Infinity"), "s1 is not a finite number: '-Infinity'"),
+        (patient(s3=""), "s3 is empty or not a number: ''"),
+        (patient(s2="1.5f"), "s2 is empty or not a number: '1.5f'"),
+        (patient(s2="0x1p3"), "s2 is empty or not a number: '0x1p3'"),
+        (patient(s2="1,5"), "wrong field count: expected 11, got 12"),
+        (patient(s2="1.2.3"), "s2 is empty or not a number: '1.2.3'"),
+        (patient(s2="-"), "s2 is empty or not a number: '-'"),
+        (patient(s2="1_0"), "s2 is empty or not a number: '1_0'"),
+        (",".join(PATIENT.values()) + ",1", "wrong field count: expected 11, got 12"),
+        (DIABETES_HEADER, STRAY_HEADER),
+        (patient() + "\u2028", "line separator U+2028 in the row: a line break no CSV reader agrees on"),
+        (patient(bmi="3\x002"), "control character U+0000 in the row: binary data or a non-UTF-8 encoding"),
+    ],
+)
+def test_bad_patients_name_the_rule_and_the_column(spark, raw, expected):
+    assert diabetes_reasons(spark, [raw]) == [expected]
+
+
+def test_float_fast_path_decides_exactly_as_the_full_checks(spark):
+    lines = [
+        patient(),
+        patient(bmi="25.", s1="0.5", s3="-0"),
+        patient(bmi="1-2"),  # fast-path characters, not a number
+        patient(bmi="--5"),
+        patient(bmi="."),
+        patient(bmi="90"),
+        patient(progression="-1"),
+        patient(bmi="2.5e1"),  # valid, the long way
+        patient(bmi=" 25"),
+        patient(bmi="+25"),
+        patient(bmi="NaN"),
+        patient(s6=""),
+        patient() + ",",
+        "," + patient(),
+        "\ufeff" + patient(),
+    ]
+    fast = checked_rows(spark, lines, fast_path=True, workflow=DIABETES)
+    slow = checked_rows(spark, lines, fast_path=False, workflow=DIABETES)
+    assert [r[0] for r in fast] == lines
+    assert [r[2:] for r in fast] == [r[2:] for r in slow]
+    assert [r[1] for r in fast] == [True, True] + [False] * (len(lines) - 2)
+    valid = [True, True, False, False, False, False, False, True, True, True, False, False, False, False, True]
+    assert [r[4] is None for r in fast] == valid
+
+
+def test_diabetes_rows_are_accounted_for_and_decode_to_the_parsed_float32(spark, tmp_path):
+    good = [
+        patient(),
+        patient(progression="25.123456789", bmi="33.333333333", s5="4.1e0"),
+        patient(progression="7.77", age="18.000000000000001", s1="299.99997", s4="0.1"),
+    ]
+    bad = [patient(bmi="90.1"), patient(s3="nan"), "1,2"]
+    raw = write_csv(tmp_path / "raw" / "diabetes.csv", [DIABETES_HEADER, *good, "", *bad])
+    report = run_ingest(spark, tmp_path, raw, workflow=DIABETES)
+    assert (report.rows_in, report.rows_curated, report.rows_quarantined) == (6, 3, 3)
+    assert report.sample_reasons == [
+        "bmi out of range 5..80: 90.1",
+        "s3 is not a finite number: 'nan'",
+        "wrong field count: expected 11, got 2",
+    ]
+    table = pq.read_table(tmp_path / "curated" / "ds=2026-11-28")
+    assert str(table.schema.field("label").type) == "float"
+    labels, features = table.column("label").to_pylist(), decode(table.column("features"), DIABETES.features)
+    by_label = dict(zip(labels, features, strict=True))
+    assert len(by_label) == 3
+    for row in good:
+        values = np.array([float(v) for v in row.split(",")], dtype=np.float32)
+        features = by_label[float(values[0])]
+        assert features.dtype == np.float32 and features.shape == (10,)
+        assert features.tobytes() == values[1:].tobytes()  # bit for bit
+    for file in (tmp_path / "curated" / "ds=2026-11-28").glob("*.parquet"):
+        assert tensor_metadata_of_parquet_schema(pq.read_schema(file)) == {"dtype": "float32", "shape": [10]}
+    assert quarantine_reasons(spark, tmp_path) == sorted(report.sample_reasons)
+
+
+@pytest.mark.parametrize(
+    ("header", "detail"),
+    [
+        (["age", "progression", *DIABETES_FIELDS[2:]], "the expected columns in another order"),
+        (["target", *DIABETES_FIELDS[1:]], "column 1 is 'target', expected 'progression'"),
+        (DIABETES_FIELDS[:-1], "10 columns, expected 11"),
+        (RAW_COLS, "785 columns, expected 11"),
+    ],
+    ids=["label second", "other label name", "a column missing", "an MNIST header"],
+)
+def test_a_diabetes_header_must_be_the_workflows_fields(spark, tmp_path, header, detail):
+    raw = write_csv(tmp_path / "raw" / "day.csv", [",".join(header), patient()])
+    with pytest.raises(
+        IngestError,
+        match=rf"day\.csv has the header .*: {detail}.*Expected no header or "
+        r"progression,age,sex,\.\.\.,s6 \(11 columns\) in that order \(workflow diabetes\)",
+    ):
+        run_ingest(spark, tmp_path, raw, workflow=DIABETES)
+    assert not (tmp_path / "curated").exists()
+
+
+def test_a_diabetes_header_in_any_letter_case_is_the_header(spark, tmp_path):
+    raw = write_csv(tmp_path / "raw" / "day.csv", [DIABETES_HEADER.upper(), patient(), patient(age="60")])
+    report = run_ingest(spark, tmp_path, raw, workflow=DIABETES)
+    assert (report.rows_in, report.rows_curated) == (2, 2)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ml_platform.partition_locks import UNKNOWN, Holder, lock_names, release, try_claim
 
-A = Holder("ml_nightly_retrain", "scheduled__2026-11-29T02:00:00+00:00", "claim_curated")
-B = Holder("ml_batch_scoring", "scheduled__2026-11-28T00:00:00+00:00", "claim_curated")
+A = Holder("mnist_nightly_retrain", "scheduled__2026-11-29T02:00:00+00:00", "claim_curated")
+B = Holder("mnist_batch_scoring", "scheduled__2026-11-28T00:00:00+00:00", "claim_curated")
 DAY = lock_names(["curated"], ["2026-11-28"])
 
 
@@ -55,10 +55,10 @@ def test_an_unreadable_lock_is_held_not_broken(tmp_path: Path):
 
 def test_many_claimers_of_a_stale_lock_one_wins(tmp_path: Path):
     """Every claimer sees the stale holder and tries to break it at the same moment."""
-    stale = Holder("ml_batch_scoring", "manual__killed", "claim_predictions")
+    stale = Holder("mnist_batch_scoring", "manual__killed", "claim_predictions")
     names = lock_names(["predictions"], ["2026-11-28"])
     assert try_claim(tmp_path, names, stale, live) == []
-    claimers = [Holder("ml_score_on_new_champion", f"run-{n}", "claim_predictions") for n in range(16)]
+    claimers = [Holder("mnist_score_on_new_champion", f"run-{n}", "claim_predictions") for n in range(16)]
     start, results = threading.Barrier(len(claimers)), {}
 
     def claim(holder: Holder) -> None:

@@ -51,7 +51,9 @@ def test_a_waiter_gets_the_lock_once_the_holder_releases_it(registry_client, cap
 
     def wait_for_lock() -> None:
         try:
-            with promotion_lock(registry_client, model, **FAST):
+            # Patient: the holder's lock must not turn stale (and be broken) while the test
+            # waits for this waiter's log line, however slow the machine.
+            with promotion_lock(registry_client, model, timeout_s=120, stale_after_s=60, poll_s=0.1):
                 acquired.set()
         except Exception as err:  # reported below
             errors.append(err)

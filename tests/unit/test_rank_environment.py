@@ -1,11 +1,11 @@
 """What the training driver hands its ranks from its environment (both backends): the
-allow-list of spark_jobs.train, never the driver's other secrets."""
+allow-list of spark_jobs.training.launch, never the driver's other secrets."""
 
 from __future__ import annotations
 
 import pytest
 
-from spark_jobs.train import rank_environment
+from spark_jobs.training.launch import rank_environment
 
 DRIVER_ENV = {
     "PATH": "/usr/bin",

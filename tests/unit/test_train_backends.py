@@ -1,10 +1,13 @@
-"""Both training backends, end to end through spark-submit, as the DAG runs them.
+"""Both training backends and both workflows, end to end through spark-submit, as the DAG
+runs them.
 
 ``spark_jobs.train.main`` stops its SparkSession, so each run is a real ``spark-submit``
 on ``local[2]`` with the job archive on ``--py-files``, logging to a real MLflow server.
-Each backend must give the same outputs: a manifest naming the backend, an MLflow run
-with its params and per-epoch metrics from rank 0, and a model that loads and predicts;
-and, once the model is logged, no checkpoint left behind.
+Each backend must give the same outputs for each workflow: a manifest naming the backend
+and the workflow, an MLflow run with its params and per-epoch metrics from rank 0 (the
+workflow's metric: accuracy for MNIST, RMSE for diabetes), and a model with the workflow's
+tensor signature that loads and predicts; and, once the model is logged, no checkpoint
+left behind.
 """
 
 from __future__ import annotations
@@ -15,49 +18,64 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 import package_jobs
-from local_stack import LocalStack, free_port, write_curated_partition
+from local_stack import LocalStack, free_port
+from spark_jobs import workflows
 from spark_jobs.sample_data import make_rows
-from spark_jobs.schema import PIXEL_COLS
+from spark_jobs.schema import curated_arrow_table
 
 DS = "2026-11-28"
 ROWS = 600
-EPOCHS = 2
+# Diabetes epochs are cheap (a 10-32-16-1 MLP); enough of them to see its RMSE fall.
+EPOCHS = {"mnist": 2, "diabetes": 6}
+METRIC = {"mnist": "train_accuracy", "diabetes": "train_rmse"}
+WORKFLOWS = tuple(EPOCHS)
+BACKENDS = ("torch_distributor", "horovod")
 SUBMIT_TIMEOUT_S = 300
+
+
+def write_curated(curated_root: Path, workflow: str, ds: str, rows: int) -> None:
+    """One curated partition of ``workflow``'s sample rows, as ingest writes it."""
+    wf = workflows.load(workflow)
+    labels, features = make_rows(wf, ds, rows)
+    partition = curated_root / f"ds={ds}"
+    partition.mkdir(parents=True)
+    pq.write_table(curated_arrow_table(wf, np.arange(rows), labels, features), partition / "part-00000.parquet")
 
 
 @pytest.fixture(scope="module")
 def training_stack(tmp_path_factory):
-    """The job archive, one small curated partition and an MLflow server, made once."""
+    """The job archive, one small curated partition per workflow and an MLflow server, made once."""
     root = tmp_path_factory.mktemp("train-backends")
     # Its own archive: the shared build/spark_jobs.zip may be in use by other runs.
     archive = package_jobs.package_jobs(root / "spark_jobs.zip")
-    write_curated_partition(root / "curated", DS, ROWS)
+    for workflow in WORKFLOWS:
+        write_curated(root / "curated" / workflow, workflow, DS, ROWS)
     stack = LocalStack(state_dir=root / "stack", mlflow_port=free_port())
     stack.start_mlflow()
     try:
-        yield {
-            "root": root,
-            "archive": archive,
-            "curated": root / "curated",
-            "stack": stack,
-            "tracking_uri": stack.tracking_uri,
-        }
+        yield {"root": root, "archive": archive, "stack": stack, "tracking_uri": stack.tracking_uri}
     finally:
         stack.stop_mlflow()
 
 
-def submit_training(stack: dict, backend: str) -> tuple[subprocess.CompletedProcess, Path, float]:
+def work_dir(stack: dict, workflow: str, backend: str) -> Path:
+    return stack["root"] / f"{workflow}-{backend}"
+
+
+def submit_training(stack: dict, workflow: str, backend: str) -> tuple[subprocess.CompletedProcess, Path, float]:
     """spark-submit the train entry point the way the DAG does; returns (process, manifest, seconds)."""
-    work = stack["root"] / backend
+    work = work_dir(stack, workflow, backend)
     work.mkdir()
     manifest = work / "train.json"
     args = [
+        "--workflow",
+        workflow,
         "--curated-root",
-        str(stack["curated"]),
+        str(stack["root"] / "curated" / workflow),
         "--start-ds",
         DS,
         "--end-ds",
@@ -67,11 +85,11 @@ def submit_training(stack: dict, backend: str) -> tuple[subprocess.CompletedProc
         "--output-manifest",
         str(manifest),
         "--experiment-name",
-        "train-backends",
+        f"train-backends-{workflow}",
         "--backend",
         backend,
         "--epochs",
-        str(EPOCHS),
+        str(EPOCHS[workflow]),
         "--num-ranks",
         "2",
         "--checkpoint-dir",
@@ -84,85 +102,138 @@ def submit_training(stack: dict, backend: str) -> tuple[subprocess.CompletedProc
 
 @pytest.fixture(scope="module")
 def trained(training_stack):
-    """``trained(backend)``: that backend's finished run, submitted once per module."""
-    runs: dict[str, tuple[subprocess.CompletedProcess, dict]] = {}
+    """``trained(workflow, backend)``: that finished run, submitted once per module."""
+    runs: dict[tuple[str, str], tuple[subprocess.CompletedProcess, dict]] = {}
 
-    def run(backend: str) -> tuple[subprocess.CompletedProcess, dict]:
-        if backend not in runs:
-            proc, manifest_path, seconds = submit_training(training_stack, backend)
-            print(f"\n[train-backends] {backend}: spark-submit took {seconds:.1f} s")
-            assert proc.returncode == 0, f"{backend} training failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
-            runs[backend] = proc, json.loads(manifest_path.read_text())
-        return runs[backend]
+    def run(workflow: str, backend: str) -> tuple[subprocess.CompletedProcess, dict]:
+        if (workflow, backend) not in runs:
+            proc, manifest_path, seconds = submit_training(training_stack, workflow, backend)
+            print(f"\n[train-backends] {workflow} {backend}: spark-submit took {seconds:.1f} s")
+            assert proc.returncode == 0, (
+                f"{workflow} {backend} training failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+            )
+            runs[workflow, backend] = proc, json.loads(manifest_path.read_text())
+        return runs[workflow, backend]
 
     return run
 
 
-@pytest.mark.parametrize("backend", ["torch_distributor", "horovod"])
-def test_backend_trains_logs_and_registers_a_loadable_model(training_stack, trained, backend):
-    import mlflow
+def metric_values(client, run_id: str, key: str) -> list[float]:
+    return [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_trains_and_logs_a_run_with_the_workflows_metrics(training_stack, trained, workflow, backend):
     from mlflow import MlflowClient
 
-    _, manifest = trained(backend)
+    _, manifest = trained(workflow, backend)
     assert manifest["backend"] == backend
+    assert manifest["workflow"] == workflow
     assert manifest["num_ranks"] == 2
     assert 0 < manifest["train_rows"] < ROWS
-    assert manifest["final_metrics"]["epoch"] == EPOCHS
+    assert manifest["final_metrics"]["epoch"] == EPOCHS[workflow]
 
     client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
     run = client.get_run(manifest["run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.params["backend"] == backend
+    assert run.data.params["workflow"] == workflow
     assert run.data.params["num_ranks"] == "2"
-    for metric in ("train_loss", "train_accuracy", "samples_per_second"):
+    # The workflow's training defaults where the command line gives none.
+    defaults = workflows.load(workflow).model.training
+    assert float(run.data.params["learning_rate"]) == defaults.learning_rate
+    assert int(run.data.params["batch_size"]) == defaults.batch_size
+    assert int(run.data.params["epochs"]) == EPOCHS[workflow]  # given: overrides the default
+    for metric in ("train_loss", METRIC[workflow], "samples_per_second"):
         history = client.get_metric_history(run.info.run_id, metric)
-        assert sorted(m.step for m in history) == list(range(1, EPOCHS + 1)), metric
+        assert sorted(m.step for m in history) == list(range(1, EPOCHS[workflow] + 1)), metric
+    other = {"mnist": "train_rmse", "diabetes": "train_accuracy"}[workflow]
+    assert client.get_metric_history(run.info.run_id, other) == []
 
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_regressor_learns(training_stack, trained, backend):
+    """Diabetes, in raw units (progression about 150 +- 77): the RMSE falls below the first
+    epoch's and keeps well below it (SGD may give back a little from one epoch to the next),
+    the MSE loss is its square, and the model ends well below predicting the mean."""
+    from mlflow import MlflowClient
+
+    _, manifest = trained("diabetes", backend)
+    client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
+    rmse = metric_values(client, manifest["run_id"], "train_rmse")
+    loss = metric_values(client, manifest["run_id"], "train_loss")
+    assert len(rmse) == EPOCHS["diabetes"]
+    assert max(rmse[1:]) < rmse[0] and rmse[-1] < 0.85 * rmse[0], rmse
+    np.testing.assert_allclose(np.sqrt(loss), rmse, rtol=1e-9)
+    assert rmse[-1] < 65, rmse  # the labels' own spread (predicting the mean) is about 77
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_logged_model_has_the_workflows_tensor_signature_and_predicts(training_stack, trained, workflow, backend):
+    import mlflow
+
+    _, manifest = trained(workflow, backend)
+    wf = workflows.load(workflow)
     mlflow.set_tracking_uri(training_stack["tracking_uri"])
     try:
+        info = mlflow.models.get_model_info(manifest["model_uri"])
         model = mlflow.pyfunc.load_model(manifest["model_uri"])
     finally:
         mlflow.set_tracking_uri(None)
-    _, pixels = make_rows(DS, 8, seed=1)
-    # The curated table's integer pixels, as the logged signature expects them.
-    features = pd.DataFrame(pixels.astype(np.int32), columns=PIXEL_COLS)
-    probs = np.asarray(model.predict(features))
-    assert probs.shape == (8, 10)
-    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-4)
+    assert info.metadata == {"workflow": workflow}
+    (inputs,) = info.signature.inputs.inputs
+    (outputs,) = info.signature.outputs.inputs
+    expected_output = (-1, 10) if workflow == "mnist" else (-1,)
+    assert (inputs.type, inputs.shape) == (np.dtype(wf.features.dtype), (-1, *wf.features.shape))
+    assert (outputs.type, outputs.shape) == (np.dtype("float32"), expected_output)
+    if workflow == "mnist":
+        assert (inputs.type, inputs.shape) == (np.dtype("uint8"), (-1, 28, 28))
+
+    # Rows as the curated table's features column decodes them.
+    _, features = make_rows(wf, DS, 8, seed=1)
+    predicted = np.asarray(model.predict(features))
+    assert predicted.dtype == np.float32
+    assert predicted.shape == (8, *expected_output[1:])
+    if workflow == "mnist":
+        np.testing.assert_allclose(predicted.sum(axis=1), 1.0, rtol=1e-4)
+    else:
+        assert np.isfinite(predicted).all() and 0 < predicted.mean() < 500
 
 
-def test_backends_run_the_same_training(training_stack, trained):
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+def test_backends_run_the_same_training(training_stack, trained, workflow):
     """Same shards, seeds, thread count and loop: the backends differ only in how ranks
     talk, and with two ranks that changes no bit. A sum of two floats does not depend on
     their order, and halving one is exact (subnormals aside), whether the gradients are
     halved before the all-reduce (DistributedDataParallel) or after it (Horovod). So every
-    epoch's loss and accuracy are equal, not only close: any difference means the backends
-    did not train alike (other shards, seeds, learning rate or gradient averaging)."""
+    epoch's loss and metric are equal, not only close: any difference means the backends
+    did not train alike (other shards, seeds, learning rate, label scaling or gradient
+    averaging)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
-    manifests = [trained(backend)[1] for backend in ("torch_distributor", "horovod")]
+    manifests = [trained(workflow, backend)[1] for backend in BACKENDS]
     assert manifests[0]["train_rows"] == manifests[1]["train_rows"]
-    for key in ("train_loss", "train_accuracy"):
-        per_epoch = [
-            [m.value for m in sorted(client.get_metric_history(manifest["run_id"], key), key=lambda m: m.step)]
-            for manifest in manifests
-        ]
-        assert len(per_epoch[0]) == EPOCHS and per_epoch[0] == per_epoch[1], key
+    for key in ("train_loss", METRIC[workflow]):
+        per_epoch = [metric_values(client, manifest["run_id"], key) for manifest in manifests]
+        assert len(per_epoch[0]) == EPOCHS[workflow] and per_epoch[0] == per_epoch[1], key
         assert manifests[0]["final_metrics"][key] == manifests[1]["final_metrics"][key], key
 
 
-@pytest.mark.parametrize("backend", ["torch_distributor", "horovod"])
-def test_a_finished_run_leaves_no_checkpoint_to_resume_from(training_stack, trained, backend):
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_finished_run_leaves_no_checkpoint_to_resume_from(training_stack, trained, workflow, backend):
     """A successful run cleared in Airflow must train again: with its last checkpoint left
     behind it would resume after the last epoch, train nothing and register the old weights
     as a new version."""
-    from spark_jobs.train import Checkpoints
+    from spark_jobs.training.checkpoints import Checkpoints
 
-    proc, manifest = trained(backend)
+    proc, manifest = trained(workflow, backend)
     assert manifest["resumed_from_epoch"] == 0
-    checkpoint_dir = training_stack["root"] / backend / "checkpoints"
+    checkpoint_dir = work_dir(training_stack, workflow, backend) / "checkpoints"
     assert Checkpoints(str(checkpoint_dir)).latest_epoch() == 0
     assert not checkpoint_dir.exists()
     # Not vacuous: rank 0 did checkpoint; the driver removed them after logging the model.
-    assert f"removed the checkpoints of epochs [{EPOCHS}]" in proc.stdout + proc.stderr
+    assert f"removed the checkpoints of epochs [{EPOCHS[workflow]}]" in proc.stdout + proc.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.train import Checkpoints
+from spark_jobs.training.checkpoints import Checkpoints
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 kills of a running Spark task that only Airflow's own code paths produce.
 
 - ``e2e_trigger_with_unknown_key``: TriggerDagRunOperator creates a run of
-  ``ml_train_on_demand`` with a key that is not a param; that run goes through the
+  ``mnist_train_on_demand`` with a key that is not a param; that run goes through the
   execution API, not the public API's conf check, so its ``check_conf`` must refuse it.
 - ``e2e_spark_kill``: two Spark tasks of the project's operator, with the project's Spark
   settings, each holding its Python workers: ``held`` runs until the test marks it failed
@@ -43,7 +43,7 @@ with DAG(
 ):
     TriggerDagRunOperator(
         task_id="trigger",
-        trigger_dag_id="ml_train_on_demand",
+        trigger_dag_id="mnist_train_on_demand",
         trigger_run_id="{{ run_id }}__triggered",
         conf={UNKNOWN_KEY: 1},
     )

@@ -1,0 +1,89 @@
+"""
+### Nightly retraining: ingest -> train (Horovod) -> register -> gate -> score
+
+One DAG per workflow (`<workflow>_nightly_retrain`, e.g. `mnist_nightly_retrain`), all
+built by `nightly_retrain(cfg)` from the workflow's declaration
+(`spark_jobs/workflows/<workflow>.toml`).
+
+Runs at 02:00 UTC and processes the UTC day that has just ended: the run of 2026-11-29
+handles partition `ds=2026-11-28` (see `ml_platform/partitions.py`).
+
+1. **ingest_raw_drop**: the day's raw CSV drop (the workflow's fields) becomes a validated curated Parquet
+   partition; rejected rows go to quarantine with their reason. Updates the curated Asset.
+   With a landing zone (`ML_LANDING_CONTAINER`), **wait_for_raw_drop** first waits for the
+   drop in that blob container and **stage_raw_drop** copies it into the storage root.
+2. **train_model**: Horovod data-parallel training of the workflow's model over the last
+   `window_days` curated partitions, one rank per Spark slot; metrics and model go to MLflow.
+3. **register_model**: held-out evaluation, a new registry version with alias
+   `challenger`, promoted to `champion` only when it passes the workflow's metric floor (pool
+   `ml_registry`, one slot: never two registrations at once).
+4. **publish_champion**: updates the champion Asset when (and only when) step 3 promoted.
+5. **gate_model**: resolves `champion` once, checks it, and pins `models:/<name>/<version>`.
+6. **score_partition**: batch predictions for the day with exactly that version.
+
+Every computing step is a `spark-submit` through the `spark_default` connection (or an
+Azure Synapse Spark batch job, `ML_SPARK_SUBMIT_TARGET=synapse`); MLflow is reached through
+the `mlflow_default` connection.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, CronTriggerTimetable, chain
+
+from ml_platform import tasks
+from ml_platform.config import DEFAULT_ARGS, PlatformConfig, load_configs
+from ml_platform.partitions import MACROS, NIGHTLY_CRON, PARTITION_DS
+from ml_platform.workflows import workflow as workflow_info
+from ml_registry.operators import ModelRegistryGateOperator
+
+
+def nightly_retrain(cfg: PlatformConfig) -> DAG:
+    info = workflow_info(cfg.workflow)
+    defaults = cfg.training
+    window_start = f"{{{{ window_start_ds(partition_ds(dag_run), {defaults.window_days}) }}}}"
+    with DAG(
+        dag_id=f"{cfg.workflow}_nightly_retrain",
+        description=f"{cfg.workflow}: nightly ingest, train, register ({info.metric_goal}), gate and score",
+        doc_md=__doc__,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        schedule=CronTriggerTimetable(NIGHTLY_CRON, timezone="UTC"),
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        user_defined_macros=MACROS,
+        tags=["ml", cfg.workflow, "training", "scoring", "spark", "horovod"],
+    ) as dag:
+        receive = tasks.receive_raw_drop(cfg, PARTITION_DS)
+        ingest = tasks.ingest(cfg, PARTITION_DS)
+        train = tasks.train(
+            cfg,
+            start_ds=window_start,
+            end_ds=PARTITION_DS,
+            epochs=defaults.epochs,
+            learning_rate=defaults.learning_rate,
+            batch_size=defaults.batch_size,
+            num_ranks=defaults.num_ranks,
+            backend=defaults.backend,
+        )
+        register = tasks.register(cfg, start_ds=window_start, end_ds=PARTITION_DS)
+        gate = ModelRegistryGateOperator(
+            task_id="gate_model",
+            model_name=cfg.model_name,
+            alias="champion",
+            required_tags=tasks.REQUIRED_TAGS,
+            dataset_path=cfg.partition_path(cfg.curated_root, PARTITION_DS),
+            # No champion yet (the first runs' models missed the floor): skip scoring. Any other
+            # refusal (failed validation, schema mismatch) fails the run.
+            skip_if_no_model=True,
+            mlflow_conn_id=cfg.mlflow_conn_id,
+        )
+        score = tasks.score(cfg, start_ds=PARTITION_DS)
+
+        chain(*receive, ingest, train, register, gate, score)
+        register >> tasks.publish_champion(cfg)
+    return dag
+
+
+for _cfg in load_configs():
+    globals()[f"{_cfg.workflow}_nightly_retrain"] = nightly_retrain(_cfg)

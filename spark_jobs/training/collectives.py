@@ -1,0 +1,118 @@
+"""The few collective operations the training loop needs, and their two backends.
+
+- :class:`HorovodCollective` (``--backend horovod``): Horovod's ops, gradients averaged by
+  ``hvd.DistributedOptimizer``;
+- :class:`TorchCollective` (``--backend torch_distributor``): ``torch.distributed`` from
+  torchrun's environment (Gloo on CPU, NCCL on CUDA) and ``DistributedDataParallel``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Collective(Protocol):
+    """The few collective operations the training loop needs, whatever the backend.
+
+    Values cross as plain Python numbers so the loop never cares where a backend wants
+    its communication tensors (NCCL: on the GPU; Gloo, Horovod's CPU ops: on the host).
+    """
+
+    rank: int
+    size: int
+    local_rank: int
+
+    def allreduce_sum(self, values: list[float]) -> list[float]: ...
+
+    def allreduce_min(self, value: int) -> int: ...
+
+    def distribute(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
+        """Give every rank rank 0's initial state; return (model to call, optimizer to step)
+        such that each step applies the gradients averaged over all ranks."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class HorovodCollective:
+    """Horovod: broadcast parameters and optimizer state, ``hvd.DistributedOptimizer``."""
+
+    def __init__(self) -> None:
+        import horovod.torch as hvd
+
+        hvd.init()
+        self._hvd = hvd
+        self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+
+    def allreduce_sum(self, values: list[float]) -> list[float]:
+        import torch
+
+        tensor = torch.tensor(values, dtype=torch.float64)
+        return self._hvd.allreduce(tensor, op=self._hvd.Sum).tolist()
+
+    def allreduce_min(self, value: int) -> int:
+        import torch
+
+        return int(self._hvd.allreduce(torch.tensor(value), op=self._hvd.Min))
+
+    def distribute(self, model, optimizer):
+        self._hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        self._hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, self._hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+    def close(self) -> None:
+        """Nothing to do: ``horovod.spark.run`` tears the ranks down."""
+
+
+class TorchCollective:
+    """``torch.distributed`` from torchrun's environment (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``): NCCL on CUDA, Gloo on CPU, and
+    ``DistributedDataParallel``, which overlaps the gradient all-reduce with backward."""
+
+    def __init__(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available():
+            self._device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(self._device)
+            dist.init_process_group("nccl", device_id=self._device)
+        else:
+            self._device = torch.device("cpu")
+            dist.init_process_group("gloo")
+        self._dist = dist
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+
+    def _allreduce(self, tensor: torch.Tensor, op) -> torch.Tensor:
+        tensor = tensor.to(self._device)
+        self._dist.all_reduce(tensor, op=op)
+        return tensor.cpu()
+
+    def allreduce_sum(self, values: list[float]) -> list[float]:
+        import torch
+
+        return self._allreduce(torch.tensor(values, dtype=torch.float64), self._dist.ReduceOp.SUM).tolist()
+
+    def allreduce_min(self, value: int) -> int:
+        import torch
+
+        return int(self._allreduce(torch.tensor(value), self._dist.ReduceOp.MIN))
+
+    def distribute(self, model, optimizer):
+        from torch.nn.parallel import DistributedDataParallel
+
+        # One explicit broadcast of rank 0's parameters and buffers (init_sync=False stops
+        # DDP from doing it again). SGD has no optimizer state before its first step.
+        for tensor in model.state_dict().values():
+            self._dist.broadcast(tensor, src=0)
+        device_ids = [self._device] if self._device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids, init_sync=False), optimizer
+
+    def close(self) -> None:
+        if self._dist.is_initialized():
+            self._dist.destroy_process_group()

@@ -1,0 +1,140 @@
+"""Starting the ranks on Spark executors, with either backend, and what they get.
+
+- ``horovod``: ``horovod.spark.run`` (on loopback when Spark is, see
+  :mod:`spark_jobs.horovod_launch`); Horovod pickles :func:`horovod_rank` by reference, so
+  the rank imports this module from the ``--py-files`` archive.
+- ``torch_distributor``: Spark's ``TorchDistributor`` (torchrun inside barrier tasks),
+  which runs a closure pickled by value (:func:`_torchrun_entry`) that imports
+  :func:`torch_distributor_rank` from here once the archive is on the path.
+
+Both run :func:`spark_jobs.training.loop.train_rank` through their
+:mod:`~spark_jobs.training.collectives`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from spark_jobs.training.collectives import HorovodCollective, TorchCollective
+from spark_jobs.training.loop import TrainConfig, train_rank
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+BACKENDS = ("horovod", "torch_distributor")
+# What the driver hands the rank processes from its environment, with either backend. The
+# values cross the network (Horovod's task RPC, unencrypted; the closure TorchDistributor
+# ships with each task), so only what a rank needs: where the job's modules are, thread
+# and collective (Horovod, Gloo, NCCL) settings, and the MLflow endpoint with its
+# credentials, because rank 0 logs each epoch's metrics to the run. Never the Airflow
+# connections, the metadata-DB URL or any other secret of the driver.
+RANK_ENV_NAMES = ("PYTHONPATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+RANK_ENV_PREFIXES = ("MLFLOW_", "HOROVOD_", "GLOO_", "NCCL_")
+# Storage credentials only with checkpoints on that storage (rank 0 writes them, every
+# rank reads the one it resumes from): adlfs reads these for abfs[s]:// and az:// URLs.
+CHECKPOINT_ENV_PREFIXES = {"abfs": ("AZURE_STORAGE_",), "abfss": ("AZURE_STORAGE_",), "az": ("AZURE_STORAGE_",)}
+
+
+def rank_environment(environ: Mapping[str, str], checkpoint_dir: str | None) -> dict[str, str]:
+    """The part of the driver's ``environ`` a rank gets (the allow-list above)."""
+    prefixes = RANK_ENV_PREFIXES
+    if checkpoint_dir:
+        prefixes += CHECKPOINT_ENV_PREFIXES.get(urlparse(checkpoint_dir).scheme, ())
+    return {k: v for k, v in environ.items() if k in RANK_ENV_NAMES or k.startswith(prefixes)}
+
+
+def horovod_rank(config: TrainConfig, shard_files: list[str], mlflow_run_id: str | None) -> dict:
+    """Entry of one Horovod rank."""
+    collective = HorovodCollective()
+    try:
+        return train_rank(collective, config, shard_files, mlflow_run_id)
+    finally:
+        collective.close()
+
+
+def torch_distributor_rank(config_fields: dict[str, Any], shard_files: list[str], mlflow_run_id: str | None) -> dict:
+    """Entry of one torchrun process. Takes the config as a plain dict: the arguments are
+    unpickled before this package is importable (see :func:`_torchrun_entry`)."""
+    collective = TorchCollective()
+    try:
+        return train_rank(collective, TrainConfig(**config_fields), shard_files, mlflow_run_id)
+    finally:
+        collective.close()
+
+
+def run_horovod(
+    spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str | None
+) -> dict:
+    """Ranks as Spark tasks through ``horovod.spark.run`` (on loopback when Spark is, see
+    :mod:`spark_jobs.horovod_launch`); returns rank 0's result."""
+    from spark_jobs import horovod_launch
+
+    results = horovod_launch.run(
+        spark,
+        horovod_rank,
+        args=(config, shard_files, run_id),
+        num_proc=num_ranks,
+        env=rank_environment(os.environ, config.checkpoint_dir),
+    )
+    return next(r for r in results if r["rank"] == 0)
+
+
+def _job_archives(spark: SparkSession) -> list[str]:
+    """The driver-side paths of the ``--py-files`` archives (``spark_jobs.zip``)."""
+    listed = spark.sparkContext.getConf().get("spark.submit.pyFiles", "") or ""
+    return [urlparse(uri).path if uri.startswith("file:") else uri for uri in listed.split(",") if uri]
+
+
+def _torchrun_entry(archives: list[str], environment: dict[str, str]) -> Callable[..., dict]:
+    """The function TorchDistributor runs in each rank process.
+
+    torchrun starts fresh interpreters: they neither have the ``--py-files`` archive the
+    Spark worker put on its ``sys.path`` nor, on a cluster, the driver's environment
+    (MLflow endpoint and credentials, storage credentials for checkpoints). A closure is
+    pickled by value, so it can run before ``spark_jobs`` is importable: it puts the archive
+    on the path (the driver's copy on one host, the copy Spark fetched into the executor's
+    working directory on a cluster), applies the driver's settings, then imports the real
+    entry point.
+    """
+
+    def run_rank(config_fields: dict[str, Any], shard_files: list[str], mlflow_run_id: str | None) -> dict:
+        import os
+        import sys
+
+        for archive in archives:
+            for candidate in (archive, os.path.join(os.getcwd(), os.path.basename(archive))):
+                if os.path.exists(candidate):
+                    if candidate not in sys.path:
+                        sys.path.insert(1, candidate)
+                    break
+        os.environ.update(environment)
+        from spark_jobs.training.launch import torch_distributor_rank
+
+        return torch_distributor_rank(config_fields, shard_files, mlflow_run_id)
+
+    return run_rank
+
+
+def run_torch_distributor(
+    spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str
+) -> dict:
+    """Ranks as torchrun processes inside Spark barrier tasks; returns rank 0's result
+    (TorchDistributor returns only that). GPUs when Spark assigns them to tasks."""
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    use_gpu = float(spark.conf.get("spark.task.resource.gpu.amount", "0") or 0) > 0
+    rank_env = rank_environment(os.environ, config.checkpoint_dir)
+    distributor = TorchDistributor(num_processes=num_ranks, local_mode=False, use_gpu=use_gpu)
+    return distributor.run(_torchrun_entry(_job_archives(spark), rank_env), asdict(config), shard_files, run_id)
+
+
+def run_ranks(
+    backend: str, spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str
+) -> dict:
+    """Train with the chosen backend; rank 0's result (history and weights)."""
+    launchers = {"horovod": run_horovod, "torch_distributor": run_torch_distributor}
+    return launchers[backend](spark, config, shard_files, num_ranks, run_id)
