@@ -1,9 +1,9 @@
 """Backfill growth: wall time to score 1..N days, one job per day vs. one bulk job.
 
 What is timed is the score job, not Airflow runs: **daily** is one ``spark-submit
-score.py --ds D`` per day (what each ``ml_batch_scoring`` run's scoring task does),
+score.py --ds D`` per day (what each ``<workflow>_batch_scoring`` run's scoring task does),
 **bulk** is one ``spark-submit score.py --start-ds D1 --end-ds DN`` (the
-``ml_bulk_backfill_scoring`` task). A scheduler-driven daily backfill adds each run's
+``<workflow>_bulk_backfill_scoring`` task). A scheduler-driven daily backfill adds each run's
 ingest, gate and scheduling on top, so the daily figures here are a lower bound.
 Daily submits are timed for the first days; the daily wall time of a longer range is
 that per-day median times the days (marked as extrapolated).

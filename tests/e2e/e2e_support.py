@@ -21,7 +21,7 @@ def run_nightly(stack) -> str:
     """One ``airflow dags test`` of the nightly DAG; returns its output (fails the test if it fails)."""
     if not (stack.storage_root / "raw" / "mnist" / f"ds={NIGHTLY_PARTITION}").exists():
         stack.generate_drops([NIGHTLY_PARTITION], rows=NIGHTLY_ROWS)
-    completed = stack.dags_test("ml_nightly_retrain", NIGHTLY_DATE, check=False, capture_output=True)
+    completed = stack.dags_test("mnist_nightly_retrain", NIGHTLY_DATE, check=False, capture_output=True)
     assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-5000:]
     return completed.stdout + completed.stderr
 
