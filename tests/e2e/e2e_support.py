@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
 
 WORKFLOW = "mnist"
 MODEL = "mnist_cnn"
@@ -35,6 +36,42 @@ def wait_for(predicate, timeout: float, interval: float = 5, what: str = "condit
             return value
         time.sleep(interval)
     raise TimeoutError(f"{what} not reached after {timeout:.0f} s")
+
+
+def backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str, timeout: float = 900) -> dict[str, str]:
+    """``airflow backfill create`` for dag_id's runs of first_ds..last_ds (logical dates);
+    waits for the backfill to complete and asserts that each of its days has a run and that
+    every run succeeded; returns {run_id: state}.
+
+    The runs are picked by logical date: Airflow's run listing does not name the backfill
+    a run belongs to, and a reprocessed run keeps its run id."""
+    created = stack.airflow(
+        "backfill",
+        "create",
+        "--dag-id",
+        dag_id,
+        "--from-date",
+        first_ds,
+        "--to-date",
+        last_ds,
+        "--max-active-runs",
+        "2",
+        *extra,
+        check=False,
+        capture_output=True,
+    )
+    assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
+    _, listing = stack.api("GET", f"/backfills?dag_id={dag_id}&limit=100")
+    backfill_id = max(b["id"] for b in listing["backfills"])
+    wait_for(lambda: stack.api("GET", f"/backfills/{backfill_id}")[1].get("completed_at"), timeout, 5, "backfill done")
+    _, runs = stack.api("GET", f"/dags/{dag_id}/dagRuns?limit=100&run_type=backfill")
+    mine = [r for r in runs["dag_runs"] if first_ds <= r["logical_date"][:10] <= last_ds]
+    days = {r["logical_date"][:10] for r in mine}
+    expected = (date.fromisoformat(last_ds) - date.fromisoformat(first_ds)).days + 1
+    assert len(days) == expected, f"backfill {backfill_id}: runs for {sorted(days)}, {expected} days asked"
+    failed = [(r["run_id"], r["state"]) for r in mine if r["state"] != "success"]
+    assert not failed, f"backfill {backfill_id} runs not successful: {failed}"
+    return {r["run_id"]: r["state"] for r in mine}
 
 
 TERMINAL = ("success", "failed")

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pytest
 
-from e2e_support import wait_for
+from e2e_support import backfill, wait_for
 from local_stack import REPO
 
 WORKFLOW = "diabetes"
@@ -89,27 +89,7 @@ def test_a_backfill_of_the_regressors_batch_scoring_scores_each_day_once(airflow
     stack.generate_drops(BACKFILL_DAYS, rows=BACKFILL_ROWS, seed=5, workflow=WORKFLOW)
     wait_for(lambda: stack.api("GET", f"/dags/{dag_id}")[0] == 200, 120, 2, f"{dag_id} parsed")
     stack.airflow("dags", "unpause", dag_id, capture_output=True)
-    created = stack.airflow(
-        "backfill",
-        "create",
-        "--dag-id",
-        dag_id,
-        "--from-date",
-        BACKFILL_DAYS[0],
-        "--to-date",
-        BACKFILL_DAYS[-1],
-        "--max-active-runs",
-        "2",
-        check=False,
-        capture_output=True,
-    )
-    assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
-    _, listing = stack.api("GET", f"/backfills?dag_id={dag_id}&limit=100")
-    backfill_id = max(b["id"] for b in listing["backfills"])
-    wait_for(lambda: stack.api("GET", f"/backfills/{backfill_id}")[1].get("completed_at"), 900, 5, "backfill done")
-    _, runs = stack.api("GET", f"/dags/{dag_id}/dagRuns?limit=100&run_type=backfill")
-    states = {r["run_id"]: r["state"] for r in runs["dag_runs"] if r.get("backfill_id") == backfill_id}
-    assert len(states) == len(BACKFILL_DAYS) and set(states.values()) == {"success"}, states
+    backfill(stack, dag_id, BACKFILL_DAYS[0], BACKFILL_DAYS[-1])
     for ds in BACKFILL_DAYS:
         scored, curated = table(stack, "predictions", ds), table(stack, "curated", ds)
         assert scored.num_rows == curated.num_rows == BACKFILL_ROWS

@@ -79,13 +79,20 @@ def test_rerun_for_the_same_day_adds_a_version_but_no_rows(nightly_runs):
 
 def test_gate_stored_its_extra_link_to_the_pinned_version(stack, nightly_runs):
     import json
-    import sqlite3
 
-    with sqlite3.connect(stack.airflow_home / "airflow.db") as db:
-        rows = db.execute(
-            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'gate_model' AND key = ?",
-            (DAG_ID, "_link_MlflowModelVersionLink"),
-        ).fetchall()
+    import sqlalchemy
+
+    # The metadata DB the runs wrote to: SQLite, or Postgres once the scheduler-driven
+    # tests have started their services (the stack is shared by the whole session).
+    engine = sqlalchemy.create_engine(stack.env()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    query = sqlalchemy.text(
+        "SELECT CAST(value AS TEXT) FROM xcom WHERE dag_id = :dag AND task_id = 'gate_model' AND key = :key"
+    )
+    try:
+        with engine.connect() as db:
+            rows = db.execute(query, {"dag": DAG_ID, "key": "_link_MlflowModelVersionLink"}).fetchall()
+    finally:
+        engine.dispose()
     links = {json.loads(value) for (value,) in rows}
     version = nightly_runs["second"]["champion"].version
     assert f"{stack.tracking_uri}/#/models/{MODEL}/versions/{version}" in links

@@ -20,6 +20,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from e2e_support import MODEL, finished_run, task_instances, task_log, wait_for
+from e2e_support import backfill as backfill_runs
 from process_markers import describe, marked_processes, wait_for_marked_process, wait_for_no_marked_processes
 
 SCORING = "mnist_batch_scoring"
@@ -58,33 +59,10 @@ def assert_refused_at_check_conf(stack, dag_id: str, run_id: str) -> None:
     assert f"unknown parameter(s) ['{UNKNOWN_KEY}']" in log, log[-2000:]
 
 
-def backfill(stack, first_ds: str, last_ds: str, *extra: str, timeout: float = 900) -> float:
-    """``airflow backfill create`` for the runs scoring first_ds..last_ds; waits for the
-    backfill to complete and all its runs to succeed; returns the wall time."""
+def backfill(stack, first_ds: str, last_ds: str, *extra: str) -> float:
+    """The scoring DAG backfilled over first_ds..last_ds (every run succeeded); the wall time."""
     started = time.monotonic()
-    created = stack.airflow(
-        "backfill",
-        "create",
-        "--dag-id",
-        SCORING,
-        "--from-date",
-        first_ds,
-        "--to-date",
-        last_ds,
-        "--max-active-runs",
-        "2",
-        *extra,
-        check=False,
-        capture_output=True,
-    )
-    assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
-    _, listing = stack.api("GET", f"/backfills?dag_id={SCORING}&limit=100")
-    backfill_id = max(b["id"] for b in listing["backfills"])
-    wait_for(lambda: stack.api("GET", f"/backfills/{backfill_id}")[1].get("completed_at"), timeout, 5, "backfill done")
-    _, runs = stack.api("GET", f"/dags/{SCORING}/dagRuns?limit=100&run_type=backfill")
-    mine = [r for r in runs["dag_runs"] if r.get("backfill_id") == backfill_id] or runs["dag_runs"]
-    failed = [(r["run_id"], r["state"]) for r in mine if r["state"] != "success"]
-    assert not failed, f"backfill {backfill_id} runs not successful: {failed}"
+    backfill_runs(stack, SCORING, first_ds, last_ds, *extra)
     return time.monotonic() - started
 
 
