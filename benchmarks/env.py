@@ -113,11 +113,8 @@ class BenchEnv:
 
     # --- spark-submit, as the DAG's SparkSubmitOperator does it -----------------------
     def job_spark_conf(self) -> dict[str, str]:
-        """The Spark settings every DAG task passes (``ml_platform.tasks.spark_conf``)."""
-        os.environ.setdefault("AIRFLOW_HOME", str(self.stack.airflow_home))
-        from ml_platform.tasks import spark_conf
-
-        return spark_conf(self.cfg)
+        """The Spark settings every DAG task passes (``PlatformConfig.spark_conf``)."""
+        return self.cfg.spark_conf()
 
     def submit_env(self, **extra: str) -> dict[str, str]:
         """The stack's environment plus what the operator adds at execute time (MLflow)."""

@@ -41,6 +41,21 @@ SERVE_LOGS_COMPONENTS = (["scheduler"], ["triggerer"], ["celery", "worker"])
 AZURITE_VERSION = "3.37.0"
 
 
+def job_spark_conf() -> dict[str, str]:
+    """The Spark settings of every DAG task (``PlatformConfig.spark_conf``, the one place
+    they are built), with this checkout's virtual environment and log configuration."""
+    if str(REPO / "dags") not in sys.path:
+        sys.path.insert(0, str(REPO / "dags"))
+    from ml_platform.config import PlatformConfig
+
+    cfg = PlatformConfig(
+        pyspark_python=str(VENV_BIN / "python"),
+        spark_log_config=str(REPO / "conf" / "log4j2.properties"),
+        submit_target="spark",
+    )
+    return cfg.spark_conf()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -525,16 +540,8 @@ class LocalStack:
         """The command line and environment of ``spark-submit`` of ``spark_jobs/entrypoints/<job>.py``
         as the DAGs' tasks run it: this stack's master, the job archive on ``--py-files``, MLflow
         reached through the environment."""
-        python = str(VENV_BIN / "python")
-        conf = {
-            "spark.pyspark.python": python,
-            "spark.pyspark.driver.python": python,
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{REPO / 'conf' / 'log4j2.properties'}",
-        }
         cmd = [str(VENV_BIN / "spark-submit"), "--master", self.spark_master]
-        for key, value in conf.items():
+        for key, value in job_spark_conf().items():
             cmd += ["--conf", f"{key}={value}"]
         cmd += ["--py-files", str(archive), str(REPO / "spark_jobs" / "entrypoints" / f"{job}.py"), *args]
         env = {k: v for k, v in self.env().items() if k != "PYTHONPATH"}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, PokeReturnValue, TaskGroup, chain, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ml_platform.config import PlatformConfig
+from ml_platform.config import PORTABLE_SPARK_CONF, PlatformConfig
 from ml_platform.partitions import RUN_KEY, RUN_TIME
 from ml_registry.spark_submit import MlflowSparkSubmitOperator
 
@@ -38,8 +38,6 @@ LANDING_TIMEOUT = timedelta(hours=6)
 # between tries; one still blocked after PARTITION_LOCK_TIMEOUT fails, naming the holder.
 PARTITION_LOCK_POKE_INTERVAL = timedelta(seconds=15)
 PARTITION_LOCK_TIMEOUT = timedelta(hours=6)
-# Spark settings that hold wherever a job runs; spark_conf adds this deployment's own files.
-PORTABLE_SPARK_CONF = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
 
 
 def curated_asset(cfg: PlatformConfig) -> Asset:
@@ -50,16 +48,6 @@ def curated_asset(cfg: PlatformConfig) -> Asset:
 def champion_asset(cfg: PlatformConfig) -> Asset:
     """Updated when a register step moves ``champion`` to a new version."""
     return Asset(name=f"{cfg.model_name}.champion", uri=f"mlflow-model://{cfg.model_name}/champion")
-
-
-def spark_conf(cfg: PlatformConfig) -> dict[str, str]:
-    """Spark settings common to every job (resources come from the spark connection)."""
-    return {
-        "spark.pyspark.python": cfg.pyspark_python,
-        "spark.pyspark.driver.python": cfg.pyspark_python,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{cfg.spark_log_config}",
-        **PORTABLE_SPARK_CONF,
-    }
 
 
 def spark_job(cfg: PlatformConfig, *, task_id: str, job: str, args: list[Any], **kwargs: Any) -> BaseOperator:
@@ -80,7 +68,7 @@ def spark_job(cfg: PlatformConfig, *, task_id: str, job: str, args: list[Any], *
         conn_id=cfg.spark_conn_id,
         mlflow_conn_id=cfg.mlflow_conn_id,
         pass_mlflow_credentials=cfg.pass_mlflow_credentials,
-        conf=spark_conf(cfg),
+        conf=cfg.spark_conf(),
         name=name,
         application_args=application_args,
         **kwargs,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from local_stack import REPO, VENV_BIN
+from local_stack import REPO, VENV_BIN, job_spark_conf
 
 MARKER_VAR = "FAULTS_MARKER"
 EXPERIMENT = "faults"
@@ -35,24 +35,9 @@ def new_marker() -> str:
     return uuid.uuid4().hex
 
 
-# The suite's jobs are short: a JVM that only compiles with C1 and collects with one thread
-# needs about half the CPU time of the default (measured: a register job, 31 -> 17 CPU seconds).
-LIGHT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 def spark_conf() -> dict[str, str]:
-    """The DAGs' Spark settings (dags/ml_platform/tasks.py), lighter: no UI, fewer shuffles,
-    a JVM tuned for short jobs."""
-    python = str(VENV_BIN / "python")
-    log_config = REPO / "conf" / "log4j2.properties"
-    return {
-        "spark.pyspark.python": python,
-        "spark.pyspark.driver.python": python,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log_config} {LIGHT_JVM_OPTIONS}",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-    }
+    """The DAGs' Spark settings (``PlatformConfig.spark_conf``), as the stack's jobs get them."""
+    return job_spark_conf()
 
 
 def spark_submit_command(job: str, args: list[str], archive: Path) -> list[str]:

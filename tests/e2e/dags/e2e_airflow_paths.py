@@ -23,7 +23,6 @@ from airflow.sdk import DAG
 
 # Airflow puts a bundle's own folder on sys.path, not the project's dags folder.
 sys.path.append(str(Path(__file__).resolve().parents[3] / "dags"))
-from ml_platform import tasks  # noqa: E402
 from ml_platform.config import load_config  # noqa: E402
 from ml_registry.spark_submit import MlflowSparkSubmitOperator  # noqa: E402
 
@@ -62,7 +61,7 @@ with DAG(
             application=str(HOLD_JOB),
             conn_id=cfg.spark_conn_id,
             mlflow_conn_id=cfg.mlflow_conn_id,
-            conf=tasks.spark_conf(cfg),
+            conf=cfg.spark_conf(),
             name=f"e2e-{task_id}",
             env_vars={MARKER_VAR: "{{ run_id }}/{{ ti.task_id }}"},
             execution_timeout=timeout,
