@@ -25,26 +25,21 @@ Backfill days D1..D2 (one run per day, scored with the model `model_policy` pick
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, chain
 
 from ml_platform import tasks
-from ml_platform.config import DEFAULT_ARGS, PlatformConfig, load_configs
-from ml_platform.partitions import MACROS, NIGHTLY_HOUR_UTC, PARTITION_DS
-from ml_registry.operators import ModelRegistryGateOperator
+from ml_platform.config import PlatformConfig, load_configs
+from ml_platform.partitions import NIGHTLY_HOUR_UTC, PARTITION_DS
 
 
 def batch_scoring(cfg: PlatformConfig) -> DAG:
-    with DAG(
-        dag_id=f"{cfg.workflow}_batch_scoring",
-        description=f"{cfg.workflow}: daily ingest and scoring with the champion; backfillable, as_of policy",
+    with tasks.workflow_dag(
+        cfg,
+        "batch_scoring",
+        description="daily ingest and scoring with the champion; backfillable, as_of policy",
         doc_md=__doc__,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-        catchup=False,
         max_active_runs=2,
-        default_args=DEFAULT_ARGS,
-        user_defined_macros=MACROS,
         params={
             "model_policy": Param(
                 "current",
@@ -59,19 +54,15 @@ def batch_scoring(cfg: PlatformConfig) -> DAG:
         check = tasks.check_conf()
         receive = tasks.receive_raw_drop(cfg, PARTITION_DS)
         ingest = tasks.ingest(cfg, PARTITION_DS)
-        gate = ModelRegistryGateOperator(
-            task_id="gate_model",
-            model_name=cfg.model_name,
-            alias="champion",
+        gate = tasks.gate(
+            cfg,
+            dataset_path=cfg.partition_path(cfg.curated_root, PARTITION_DS),
             policy="{{ params.model_policy }}",
             # The logical time of the nightly that first scored this day (NIGHTLY_CRON in
             # <workflow>_nightly_retrain, which scores the day before its logical date).
             as_of=f"{{{{ macros.ds_add(partition_ds(dag_run), 1) }}}}T{NIGHTLY_HOUR_UTC:02d}:00:00+00:00",
-            required_tags=tasks.REQUIRED_TAGS,
-            dataset_path=cfg.partition_path(cfg.curated_root, PARTITION_DS),
-            mlflow_conn_id=cfg.mlflow_conn_id,
         )
-        score = tasks.score(cfg, start_ds=PARTITION_DS)
+        score = tasks.score(cfg, model_uri=gate.output["uri"], start_ds=PARTITION_DS)
 
         chain(check, *receive, ingest, gate, score)
     return dag

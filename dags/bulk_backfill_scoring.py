@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pendulum
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from ml_platform import tasks
-from ml_platform.config import DEFAULT_ARGS, PlatformConfig, load_configs
-from ml_platform.partitions import MACROS
-from ml_registry.operators import ModelRegistryGateOperator
+from ml_platform.config import PlatformConfig, load_configs
 
 MAX_RANGE_DAYS = 366
 DATE = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
@@ -42,16 +39,13 @@ def check_range(start_ds: str, end_ds: str) -> int:
 
 
 def bulk_backfill_scoring(cfg: PlatformConfig) -> DAG:
-    with DAG(
-        dag_id=f"{cfg.workflow}_bulk_backfill_scoring",
-        description=f"{cfg.workflow}: re-score a date range with one model version in one Spark job",
+    with tasks.workflow_dag(
+        cfg,
+        "bulk_backfill_scoring",
+        description="re-score a date range with one model version in one Spark job",
         doc_md=__doc__,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         schedule=None,
-        catchup=False,
         max_active_runs=1,
-        default_args=DEFAULT_ARGS,
-        user_defined_macros=MACROS,
         params={
             "start_ds": Param("2026-01-01", **DATE, title="First day (YYYY-MM-DD)"),
             "end_ds": Param("2026-01-07", **DATE, title="Last day (YYYY-MM-DD)"),
@@ -69,15 +63,14 @@ def bulk_backfill_scoring(cfg: PlatformConfig) -> DAG:
     ) as dag:
         check = tasks.check_conf()
         span = check_range("{{ params.start_ds }}", "{{ params.end_ds }}")
-        gate = ModelRegistryGateOperator(
-            task_id="gate_model",
-            model_name=cfg.model_name,
-            alias="champion",
-            version="{{ params.model_version or '' }}",
-            required_tags=tasks.REQUIRED_TAGS,
-            mlflow_conn_id=cfg.mlflow_conn_id,
+        gate = tasks.gate(cfg, version="{{ params.model_version or '' }}")
+        score = tasks.score(
+            cfg,
+            model_uri=gate.output["uri"],
+            start_ds="{{ params.start_ds }}",
+            end_ds="{{ params.end_ds }}",
+            task_id="score_range",
         )
-        score = tasks.score(cfg, start_ds="{{ params.start_ds }}", end_ds="{{ params.end_ds }}", task_id="score_range")
 
         check >> span >> gate >> score
     return dag

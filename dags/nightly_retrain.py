@@ -28,30 +28,25 @@ the `mlflow_default` connection.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import DAG, CronTriggerTimetable, chain
 
 from ml_platform import tasks
-from ml_platform.config import DEFAULT_ARGS, PlatformConfig, load_configs
-from ml_platform.partitions import MACROS, NIGHTLY_CRON, PARTITION_DS
+from ml_platform.config import PlatformConfig, load_configs
+from ml_platform.partitions import NIGHTLY_CRON, PARTITION_DS
 from ml_platform.workflows import workflow as workflow_info
-from ml_registry.operators import ModelRegistryGateOperator
 
 
 def nightly_retrain(cfg: PlatformConfig) -> DAG:
     info = workflow_info(cfg.workflow)
     defaults = cfg.training
     window_start = f"{{{{ window_start_ds(partition_ds(dag_run), {defaults.window_days}) }}}}"
-    with DAG(
-        dag_id=f"{cfg.workflow}_nightly_retrain",
-        description=f"{cfg.workflow}: nightly ingest, train, register ({info.metric_goal}), gate and score",
+    with tasks.workflow_dag(
+        cfg,
+        "nightly_retrain",
+        description=f"nightly ingest, train, register ({info.metric_goal}), gate and score",
         doc_md=__doc__,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         schedule=CronTriggerTimetable(NIGHTLY_CRON, timezone="UTC"),
-        catchup=False,
         max_active_runs=1,
-        default_args=DEFAULT_ARGS,
-        user_defined_macros=MACROS,
         tags=["ml", cfg.workflow, "training", "scoring", "spark", "horovod"],
     ) as dag:
         receive = tasks.receive_raw_drop(cfg, PARTITION_DS)
@@ -67,18 +62,14 @@ def nightly_retrain(cfg: PlatformConfig) -> DAG:
             backend=defaults.backend,
         )
         register = tasks.register(cfg, start_ds=window_start, end_ds=PARTITION_DS)
-        gate = ModelRegistryGateOperator(
-            task_id="gate_model",
-            model_name=cfg.model_name,
-            alias="champion",
-            required_tags=tasks.REQUIRED_TAGS,
+        gate = tasks.gate(
+            cfg,
             dataset_path=cfg.partition_path(cfg.curated_root, PARTITION_DS),
             # No champion yet (the first runs' models missed the floor): skip scoring. Any other
             # refusal (failed validation, schema mismatch) fails the run.
             skip_if_no_model=True,
-            mlflow_conn_id=cfg.mlflow_conn_id,
         )
-        score = tasks.score(cfg, start_ds=PARTITION_DS)
+        score = tasks.score(cfg, model_uri=gate.output["uri"], start_ds=PARTITION_DS)
 
         chain(*receive, ingest, train, register, gate, score)
         register >> tasks.publish_champion(cfg)

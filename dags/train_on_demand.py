@@ -15,12 +15,10 @@ the run). Registration shares the one-slot `ml_registry` pool with the nightly D
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import DAG, Param
 
 from ml_platform import tasks
-from ml_platform.config import DEFAULT_ARGS, PlatformConfig, load_configs
-from ml_platform.partitions import MACROS
+from ml_platform.config import PlatformConfig, load_configs
 
 END_DS = "{{ params.end_ds or partition_ds(dag_run) }}"
 WINDOW_START = "{{ window_start_ds(params.end_ds or partition_ds(dag_run), params.window_days) }}"
@@ -28,16 +26,13 @@ WINDOW_START = "{{ window_start_ds(params.end_ds or partition_ds(dag_run), param
 
 def train_on_demand(cfg: PlatformConfig) -> DAG:
     defaults = cfg.training
-    with DAG(
-        dag_id=f"{cfg.workflow}_train_on_demand",
-        description=f"{cfg.workflow}: train on demand with typed parameters; register, promote if it passes",
+    with tasks.workflow_dag(
+        cfg,
+        "train_on_demand",
+        description="train on demand with typed parameters; register, promote if it passes",
         doc_md=__doc__,
-        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         schedule=None,
-        catchup=False,
         max_active_runs=1,
-        default_args=DEFAULT_ARGS,
-        user_defined_macros=MACROS,
         params={
             "epochs": Param(defaults.epochs, type="integer", minimum=1, maximum=100, title="Epochs"),
             "learning_rate": Param(

@@ -13,11 +13,12 @@ import logging
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, PokeReturnValue, TaskGroup, chain, task
+import pendulum
+from airflow.sdk import DAG, Asset, PokeReturnValue, TaskGroup, XComArg, chain, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ml_platform.config import PORTABLE_SPARK_CONF, PlatformConfig
-from ml_platform.partitions import RUN_KEY, RUN_TIME
+from ml_platform.config import DEFAULT_ARGS, PORTABLE_SPARK_CONF, PlatformConfig
+from ml_platform.partitions import MACROS, RUN_KEY, RUN_TIME
 from ml_registry.spark_submit import MlflowSparkSubmitOperator
 
 if TYPE_CHECKING:
@@ -26,10 +27,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REGISTRY_POOL = "ml_registry"
+START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 # What the registry gate of every scoring DAG requires of a version: the register step's
 # validation passed (docs/security.md: the barrier between registering and running on executors).
 REQUIRED_TAGS = {"validation_status": "passed"}
-GATE_URI = "{{ ti.xcom_pull(task_ids='gate_model')['uri'] }}"
 # The landing sensor frees its worker slot between pokes (reschedule mode); a drop that has
 # not arrived after LANDING_TIMEOUT fails the run instead of holding it open.
 LANDING_POKE_INTERVAL = timedelta(minutes=5)
@@ -58,7 +59,8 @@ def spark_job(cfg: PlatformConfig, *, task_id: str, job: str, args: list[Any], *
     time by the operator), so tracking credentials never appear on the command line.
     """
     name = f"{job}-{{{{ dag.dag_id }}}}-{{{{ run_key(run_id) }}}}"
-    application_args = [str(a) for a in args]
+    # An upstream task's output (XComArg) stays one: it is resolved when the task renders.
+    application_args = [a if isinstance(a, XComArg) else str(a) for a in args]
     if cfg.submit_target == "synapse":
         return synapse_job(cfg, task_id=task_id, job=job, name=name, args=application_args, **kwargs)
     return MlflowSparkSubmitOperator(
@@ -106,6 +108,47 @@ def synapse_job(
             "executor_count": cfg.synapse_executors,
         },
         **kwargs,
+    )
+
+
+def workflow_dag(
+    cfg: PlatformConfig, kind: str, *, description: str, doc_md: str | None, schedule: Any, **kwargs: Any
+) -> DAG:
+    """A DAG of ``cfg``'s workflow: id ``<workflow>_<kind>``, its description prefixed by the
+    workflow, the platform's start date, default args and macros, no catch-up; ``kwargs``
+    (max_active_runs, params, tags) and ``schedule`` are the DAG's own."""
+    return DAG(
+        dag_id=f"{cfg.workflow}_{kind}",
+        description=f"{cfg.workflow}: {description}",
+        doc_md=doc_md,
+        schedule=schedule,
+        start_date=START_DATE,
+        catchup=False,
+        default_args=DEFAULT_ARGS,
+        user_defined_macros=MACROS,
+        **kwargs,
+    )
+
+
+def gate(cfg: PlatformConfig, *, dataset_path: Any = None, **rules: Any) -> BaseOperator:
+    """The registry gate of a scoring DAG: resolves the workflow's ``champion`` (or what
+    ``rules`` select: ``version``, ``policy``/``as_of``), requires REQUIRED_TAGS, checks the
+    version's signature against ``dataset_path`` (a curated partition) when given.
+
+    Its result (``uri``, ``name``, ``version``, ``alias``) is also one XCom per key, so the
+    scoring task takes ``gate.output["uri"]``: the dependency is the argument, not a
+    template naming the gate's task id."""
+    from ml_registry.operators import ModelRegistryGateOperator
+
+    return ModelRegistryGateOperator(
+        task_id="gate_model",
+        model_name=cfg.model_name,
+        alias="champion",
+        required_tags=REQUIRED_TAGS,
+        dataset_path=dataset_path,
+        mlflow_conn_id=cfg.mlflow_conn_id,
+        multiple_outputs=True,
+        **rules,
     )
 
 
@@ -419,10 +462,15 @@ def publish_champion(cfg: PlatformConfig):
 
 
 def score(
-    cfg: PlatformConfig, *, start_ds: str, end_ds: str | None = None, task_id: str = "score_partition"
+    cfg: PlatformConfig,
+    *,
+    model_uri: Any,
+    start_ds: Any,
+    end_ds: Any = None,
+    task_id: str = "score_partition",
 ) -> TaskGroup:
-    """Score one partition (``end_ds`` None) or a range with the version the gate pinned,
-    holding the predictions locks of those days."""
+    """Score one partition (``end_ds`` None) or a range with ``model_uri`` (the gate's
+    ``output["uri"]``), holding the predictions locks of those days."""
     days = ["--ds", start_ds] if end_ds is None else ["--start-ds", start_ds, "--end-ds", end_ds]
     with TaskGroup(group_id=f"{task_id}_locked", prefix_group_id=False) as group:
         writer = spark_job(
@@ -433,7 +481,7 @@ def score(
                 "--workflow",
                 cfg.workflow,
                 "--model",
-                GATE_URI,
+                model_uri,
                 "--input-data",
                 cfg.curated_root,
                 *days,

@@ -35,7 +35,8 @@ def render(task: Any, logical_date: str = "2026-11-29T02:00:00+00:00") -> dict[s
         "run_id": f"scheduled__{when.isoformat()}",
         "params": {name: dag.params[name] for name in dag.params},
         "ti": SimpleNamespace(
-            xcom_pull=lambda **_: {"uri": PINNED_MODEL_URI},
+            # The gate's result, one XCom per key (multiple_outputs), as the scoring task pulls it.
+            xcom_pull=lambda key="return_value", **_: PINNED_MODEL_URI if key == "uri" else {"uri": PINNED_MODEL_URI},
             xcom_push=lambda **_: None,
             get_first_reschedule_date=lambda _context: None,  # the sensor's first poke
         ),

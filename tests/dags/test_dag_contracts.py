@@ -108,11 +108,19 @@ def valid_trigger_values(schema: dict[str, Any]) -> list[Any]:
     return valid
 
 
-# What templates of these DAGs pull from upstream tasks, as the running tasks would see it.
+# What these DAGs' tasks pull from upstream tasks (return values; both tasks below also push
+# each key as its own XCom, multiple_outputs), as the running tasks would see it.
 XCOMS = {
     "gate_model": {"name": "mnist_cnn", "version": "7", "uri": "models:/mnist_cnn/7", "alias": "champion"},
-    "latest_partition": "2026-11-28",
+    "latest_partition": {"ds": "2026-11-28", "path": "/data/curated/mnist/ds=2026-11-28"},
 }
+
+
+def xcom_pull(task_ids=None, key="return_value", **_):
+    value = XCOMS.get(task_ids)
+    return value if key == "return_value" else value[key]
+
+
 RUN_AT = pendulum.datetime(2026, 11, 29, 2, tz="UTC")
 RUN_ID = f"manual__{RUN_AT.isoformat()}"
 
@@ -142,7 +150,7 @@ def render(dag, task, conf: dict[str, Any]) -> dict[str, Any]:
         data_interval_start=RUN_AT,
         data_interval_end=RUN_AT,
     )
-    ti = SimpleNamespace(xcom_pull=lambda task_ids=None, **_: XCOMS.get(task_ids))
+    ti = SimpleNamespace(xcom_pull=xcom_pull)
     context = {
         "dag": dag,
         "task": task,

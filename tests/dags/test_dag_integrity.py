@@ -15,7 +15,9 @@ REPO = Path(__file__).resolve().parents[2]
 DAGS_DIR = REPO / "dags"
 DAG_FILES = sorted(p for p in DAGS_DIR.glob("*.py"))
 # Airflow's own guidance: a DAG file must parse well under a second; we hold ours to 0.3 s,
-# measured cold (the median of PARSE_REPEATS parses, each in a freshly forked child).
+# measured cold (the median of PARSE_REPEATS parses, each in a freshly forked child), in CPU
+# seconds: what a parse costs the DAG processor, whatever else the machine runs meanwhile
+# (the wall time is reported beside it).
 MAX_PARSE_SECONDS = 0.3
 PARSE_REPEATS = 5
 
@@ -50,13 +52,14 @@ def parse_seconds() -> dict[str, dict[str, list[float]]]:
 def test_parse_time_per_file(dag_file, parse_seconds, report_figure):
     import statistics
 
-    cold = statistics.median(parse_seconds[dag_file.name]["cold"])
-    warm = statistics.median(parse_seconds[dag_file.name]["warm"])
+    times = parse_seconds[dag_file.name]
+    cold, cold_cpu = statistics.median(times["cold"]), statistics.median(times["cold_cpu"])
+    warm = statistics.median(times["warm"])
     report_figure(
-        f"DAG parse time {dag_file.name}: {cold * 1000:.1f} ms cold (forked child, median of {PARSE_REPEATS}), "
-        f"{warm * 1000:.1f} ms warm"
+        f"DAG parse time {dag_file.name}: {cold_cpu * 1000:.1f} ms CPU, {cold * 1000:.1f} ms wall cold "
+        f"(forked child, median of {PARSE_REPEATS}), {warm * 1000:.1f} ms warm"
     )
-    assert cold < MAX_PARSE_SECONDS, f"{dag_file.name} took {cold:.3f} s to parse in a fresh child"
+    assert cold_cpu < MAX_PARSE_SECONDS, f"{dag_file.name} took {cold_cpu:.3f} CPU s to parse in a fresh child"
 
 
 def test_conventions(dagbag):
@@ -102,8 +105,10 @@ def test_nightly_chain_and_operators(dagbag):
         "claim_predictions",
         "score_partition",
     ]
+    # Scoring also reads the gate's output (the pinned model URI), so it is its upstream too.
+    takes_output_of = {"score_partition": {"gate_model"}}
     for upstream, downstream in zip(order, order[1:], strict=False):
-        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+        assert dag.get_task(downstream).upstream_task_ids == {upstream, *takes_output_of.get(downstream, ())}
     for task_id in ("ingest_raw_drop", "train_model", "register_model", "score_partition"):
         assert isinstance(dag.get_task(task_id), SparkSubmitOperator)
     assert isinstance(dag.get_task("gate_model"), ModelRegistryGateOperator)
