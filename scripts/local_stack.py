@@ -26,12 +26,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = REPO / ".venv" / "bin"
@@ -167,20 +167,50 @@ def azurite_home() -> Path:
     return Path(os.environ.get("MLSPARK_AZURITE_HOME") or cache / "airflow-spark-ml" / f"azurite-{AZURITE_VERSION}")
 
 
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 1, what: str = "condition") -> Any:
+    """Call ``predicate`` every ``interval`` seconds until it returns a truthy value, and
+    return that value; a TimeoutError naming ``what`` after ``timeout`` seconds. An exception
+    the predicate raises is raised at once (so a service that died fails fast).
+
+    The one waiting loop of the scripts and tests (tenacity's, not a hand-written one)."""
+    import tenacity
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_result(lambda value: not value),
+        stop=tenacity.stop_after_delay(timeout),
+        wait=tenacity.wait_fixed(interval),
+    )
+    try:
+        return retrying(predicate)
+    except tenacity.RetryError:
+        raise TimeoutError(f"{what} not reached after {timeout:.0f} s") from None
+
+
+def answers(probe: Callable[[], Any]) -> Callable[[], Any]:
+    """``probe`` with an OSError (nothing listening yet, a timeout) counted as not yet."""
+
+    def attempt() -> Any:
+        try:
+            return probe()
+        except OSError:
+            return None
+
+    return attempt
+
+
 def _wait_until_ready(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float, what: str, log: Path) -> None:
     """Poll ``ready`` (an OSError counts as not yet) until it holds; fail at once if ``proc``
     exits, with a TimeoutError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def check() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited; see {log}")
-        try:
-            if ready():
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{what} not ready after {timeout:.0f} s; see {log}")
+        return answers(ready)()
+
+    try:
+        wait_until(check, timeout, 0.5, what)
+    except TimeoutError:
+        raise TimeoutError(f"{what} not ready after {timeout:.0f} s; see {log}") from None
 
 
 @dataclass
@@ -421,19 +451,15 @@ class LocalStack:
             self._services.append(
                 subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
-                    state = json.load(resp)
-                if state.get("aliveworkers", 0) >= workers:
-                    self.spark_master = master_url
-                    self.spark_master_ui = f"http://127.0.0.1:{ui_port}"
-                    return master_url
-            except OSError:
-                pass
-            time.sleep(1)
-        raise TimeoutError(f"Spark master {master_url} has not {workers} workers after {timeout:.0f} s; see {logs}")
+
+        def workers_alive() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
+                return json.load(resp).get("aliveworkers", 0) >= workers
+
+        wait_until(answers(workers_alive), timeout, 1, f"Spark master {master_url} with {workers} workers (see {logs})")
+        self.spark_master = master_url
+        self.spark_master_ui = f"http://127.0.0.1:{ui_port}"
+        return master_url
 
     # --- Airflow ------------------------------------------------------------------
     def start_airflow_services(self, timeout: float = 180, extra_components: list[list[str]] | None = None) -> None:
@@ -461,25 +487,20 @@ class LocalStack:
                     start_new_session=True,
                 )
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def healthy() -> bool:
             dead = [p.args[1] for p in self._services if p.poll() is not None]
             if dead:
-                self.stop_airflow_services()
                 raise RuntimeError(f"airflow {dead} exited; see {logs}")
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/api/v2/monitor/health", timeout=2) as resp:
-                    health = json.load(resp)
-                if (
-                    health.get("scheduler", {}).get("status") == "healthy"
-                    and health.get("dag_processor", {}).get("status") == "healthy"
-                ):
-                    return
-            except OSError:
-                pass
-            time.sleep(1)
-        self.stop_airflow_services()
-        raise TimeoutError(f"Airflow services not healthy on {self.api_url} after {timeout:.0f} s; see {logs}")
+            with urllib.request.urlopen(f"{self.api_url}/api/v2/monitor/health", timeout=2) as resp:
+                health = json.load(resp)
+            return all(health.get(c, {}).get("status") == "healthy" for c in ("scheduler", "dag_processor"))
+
+        try:
+            wait_until(answers(healthy), timeout, 1, f"Airflow services healthy on {self.api_url} (see {logs})")
+        except (RuntimeError, TimeoutError):
+            self.stop_airflow_services()
+            raise
 
     def service_pids(self) -> list[int]:
         """Process ids of the running services started by this stack (their children not

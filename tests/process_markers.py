@@ -9,9 +9,10 @@ session of its own: any live process with the marker counts, whatever its comman
 from __future__ import annotations
 
 import os
-import time
 
 import psutil
+
+from local_stack import wait_until
 
 
 def marked_processes(var: str, marker: str) -> list[psutil.Process]:
@@ -42,23 +43,36 @@ def describe(procs: list[psutil.Process]) -> list[str]:
 
 def wait_for_no_marked_processes(var: str, marker: str, timeout: float = 30) -> list[str]:
     """Descriptions of the processes carrying the marker still alive after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = marked_processes(var, marker)
-        if not left or time.monotonic() > deadline:
-            return describe(left)
-        time.sleep(0.5)
+    try:
+        wait_until(lambda: not marked_processes(var, marker), timeout, 0.5)
+    except TimeoutError:
+        pass
+    return describe(marked_processes(var, marker))
 
 
-def wait_for_marked_process(var: str, marker: str, pattern: str, timeout: float = 300) -> psutil.Process:
-    """The first process carrying the marker whose command line contains ``pattern``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in marked_processes(var, marker):
-            try:
-                if pattern in " ".join(proc.cmdline()):
-                    return proc
-            except psutil.NoSuchProcess:
-                continue
-        time.sleep(0.5)
-    raise TimeoutError(f"no process with {var}={marker} matching {pattern!r} after {timeout:.0f} s")
+def first_marked_process(var: str, marker: str, matches) -> psutil.Process | None:
+    """A live process carrying the marker for which ``matches(proc)`` holds, or None."""
+    for proc in marked_processes(var, marker):
+        try:
+            if matches(proc):
+                return proc
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def wait_for_marked_process(
+    var: str, marker: str, pattern: str, timeout: float = 300, matches=None, interval: float = 0.5
+) -> psutil.Process:
+    """The first process carrying the marker whose command line contains ``pattern`` (and,
+    given ``matches``, for which ``matches(proc)`` also holds)."""
+
+    def wanted(proc: psutil.Process) -> bool:
+        return pattern in " ".join(proc.cmdline()) and (matches is None or matches(proc))
+
+    return wait_until(
+        lambda: first_marked_process(var, marker, wanted),
+        timeout,
+        interval,
+        f"a process with {var}={marker} matching {pattern!r}",
+    )

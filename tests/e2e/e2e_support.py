@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
+
+from local_stack import wait_until
 
 WORKFLOW = "mnist"
 MODEL = "mnist_cnn"
@@ -29,13 +30,7 @@ def run_nightly(stack) -> str:
 
 def wait_for(predicate, timeout: float, interval: float = 5, what: str = "condition"):
     """Poll ``predicate`` until it returns a truthy value; that value is returned."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached after {timeout:.0f} s")
+    return wait_until(predicate, timeout, interval, what)
 
 
 def backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str, timeout: float = 900) -> dict[str, str]:

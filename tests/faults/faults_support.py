@@ -21,7 +21,9 @@ from pathlib import Path
 
 import psutil
 
-from local_stack import REPO, VENV_BIN, job_spark_conf
+import process_markers
+from local_stack import REPO, VENV_BIN, job_spark_conf, wait_until
+from process_markers import describe
 
 MARKER_VAR = "FAULTS_MARKER"
 EXPERIMENT = "faults"
@@ -102,38 +104,12 @@ class JobRunner:
 
 def marked_processes(marker: str) -> list[psutil.Process]:
     """Every live process whose environment carries ``marker`` (zombies do not count)."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get(MARKER_VAR) == marker:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def describe(procs: list[psutil.Process]) -> list[str]:
-    lines = []
-    for proc in procs:
-        try:
-            lines.append(
-                f"{proc.pid} (ppid {proc.ppid()}, sid {os.getsid(proc.pid)}): {' '.join(proc.cmdline())[:200]}"
-            )
-        except (psutil.NoSuchProcess, ProcessLookupError):
-            continue
-    return lines
+    return process_markers.marked_processes(MARKER_VAR, marker)
 
 
 def wait_for_no_orphans(marker: str, timeout: float = 30) -> list[str]:
     """Descriptions of the processes carrying ``marker`` still alive after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = marked_processes(marker)
-        if not left or time.monotonic() > deadline:
-            return describe(left)
-        time.sleep(0.5)
+    return process_markers.wait_for_no_marked_processes(MARKER_VAR, marker, timeout)
 
 
 def sigkill_tree(marker: str) -> list[str]:
@@ -150,20 +126,22 @@ def sigkill_tree(marker: str) -> list[str]:
     return killed
 
 
-def wait_for_process(marker: str, pattern: str, timeout: float = 300, job: Job | None = None) -> psutil.Process:
-    """The first process carrying ``marker`` whose command line contains ``pattern``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in marked_processes(marker):
-            try:
-                if pattern in " ".join(proc.cmdline()):
-                    return proc
-            except psutil.NoSuchProcess:
-                continue
+def wait_for_process(
+    marker: str, pattern: str, timeout: float = 300, job: Job | None = None, matches=None
+) -> psutil.Process:
+    """The first process carrying ``marker`` whose command line contains ``pattern`` (and for
+    which ``matches(proc)`` holds, if given); fails at once if ``job`` ends before it appears."""
+
+    def found() -> psutil.Process | None:
         if job is not None and job.proc.poll() is not None:
             raise AssertionError(f"{job.log_path.name} ended before {pattern!r} appeared:\n{job.output[-3000:]}")
-        time.sleep(0.2)
-    raise TimeoutError(f"no process matching {pattern!r} after {timeout:.0f} s")
+
+        def wanted(proc: psutil.Process) -> bool:
+            return pattern in " ".join(proc.cmdline()) and (matches is None or matches(proc))
+
+        return process_markers.first_marked_process(MARKER_VAR, marker, wanted)
+
+    return wait_until(found, timeout, 0.2, f"a process matching {pattern!r}")
 
 
 @contextmanager

@@ -34,6 +34,7 @@ from faults_support import (
     new_marker,
     spark_conf,
     wait_for_no_orphans,
+    wait_for_process,
 )
 from local_stack import REPO, VENV_BIN
 
@@ -117,16 +118,10 @@ class Attempt:
 
 
 def rank_process(marker: str, rank: str, timeout: float = 600) -> psutil.Process:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in marked_processes(marker):
-            try:
-                if "gloo_exec_fn" in " ".join(proc.cmdline()) and proc.environ().get("HOROVOD_RANK") == rank:
-                    return proc
-            except psutil.NoSuchProcess:
-                continue
-        time.sleep(0.2)
-    raise TimeoutError(f"Horovod rank {rank} did not start")
+    """The marked job's Horovod rank ``rank`` (a ``gloo_exec_fn`` process), once it runs."""
+    return wait_for_process(
+        marker, "gloo_exec_fn", timeout, matches=lambda proc: proc.environ().get("HOROVOD_RANK") == rank
+    )
 
 
 @pytest.fixture(scope="module")
