@@ -21,6 +21,7 @@ from benchmarks.core import BenchResult, Ratio, Target, log, repeat
 from benchmarks.data import write_curated_day
 from benchmarks.env import BenchEnv, Benchmark, SingleProcess, Submitted
 from benchmarks.sizes import Sizes
+from ml_platform.job_arguments import TrainArguments
 
 DS = "2026-09-01"
 WORKFLOW = "mnist"
@@ -45,30 +46,19 @@ class TrainingBench(Benchmark):
         manifest_path = work / "train.json"
         submitted: Submitted = self.env.submit_job(
             "train",
-            [
-                "--workflow",
-                WORKFLOW,
-                "--curated-root",
-                self.curated,
-                "--start-ds",
-                DS,
-                "--end-ds",
-                DS,
-                "--work-dir",
-                work / "scratch",
-                "--output-manifest",
-                manifest_path,
-                "--experiment-name",
-                "benchmarks-training",
-                "--backend",
-                backend,
-                "--epochs",
-                self.sizes.train_epochs,
-                "--batch-size",
-                BATCH,
-                "--num-ranks",
-                RANKS,
-            ],
+            TrainArguments(
+                workflow=WORKFLOW,
+                curated_root=self.curated,
+                start_ds=DS,
+                end_ds=DS,
+                work_dir=work / "scratch",
+                output_manifest=manifest_path,
+                experiment_name="benchmarks-training",
+                backend=backend,
+                epochs=self.sizes.train_epochs,
+                batch_size=BATCH,
+                num_ranks=RANKS,
+            ).argv(),
         )
         manifest = json.loads(manifest_path.read_text())
         final = manifest["final_metrics"]

@@ -18,6 +18,7 @@ from airflow.sdk import DAG, Asset, PokeReturnValue, TaskGroup, XComArg, chain, 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ml_platform.config import DEFAULT_ARGS, PORTABLE_SPARK_CONF, PlatformConfig
+from ml_platform.job_arguments import TrainArguments
 from ml_platform.partitions import MACROS, RUN_KEY, RUN_TIME
 from ml_registry.spark_submit import MlflowSparkSubmitOperator
 
@@ -362,47 +363,25 @@ def train(
     num_ranks: Any,
     backend: Any,
 ) -> BaseOperator:
-    checkpoints = ["--checkpoint-dir", cfg.checkpoint_dir("{{ dag.dag_id }}", RUN_KEY)] if cfg.checkpoint_root else []
-    return spark_job(
-        cfg,
-        task_id="train_model",
-        job="train",
-        args=[
-            "--workflow",
-            cfg.workflow,
-            "--curated-root",
-            cfg.curated_root,
-            "--start-ds",
-            start_ds,
-            "--end-ds",
-            end_ds,
-            "--work-dir",
-            f"{run_dir(cfg)}/train",
-            "--output-manifest",
-            f"{run_dir(cfg)}/train.json",
-            "--experiment-name",
-            cfg.experiment_name,
-            "--epochs",
-            epochs,
-            "--learning-rate",
-            learning_rate,
-            "--batch-size",
-            batch_size,
-            "--num-ranks",
-            num_ranks,
-            "--backend",
-            backend,
-            "--holdout-pct",
-            cfg.training.holdout_pct,
-            "--split-seed",
-            cfg.training.split_seed,
-            "--tag",
-            "airflow_dag_id={{ dag.dag_id }}",
-            "--tag",
-            "airflow_run_id={{ run_id }}",
-            *checkpoints,
-        ],
+    arguments = TrainArguments(
+        workflow=cfg.workflow,
+        curated_root=cfg.curated_root,
+        start_ds=start_ds,
+        end_ds=end_ds,
+        work_dir=f"{run_dir(cfg)}/train",
+        output_manifest=f"{run_dir(cfg)}/train.json",
+        experiment_name=cfg.experiment_name,
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        num_ranks=num_ranks,
+        backend=backend,
+        holdout_pct=cfg.training.holdout_pct,
+        split_seed=cfg.training.split_seed,
+        checkpoint_dir=cfg.checkpoint_dir("{{ dag.dag_id }}", RUN_KEY) if cfg.checkpoint_root else None,
+        tags=("airflow_dag_id={{ dag.dag_id }}", "airflow_run_id={{ run_id }}"),
     )
+    return spark_job(cfg, task_id="train_model", job="train", args=arguments.argv())
 
 
 def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: str = "--promote") -> BaseOperator:

@@ -33,6 +33,7 @@ from azure_support import (
     checkpoints,
 )
 from local_stack import Azurite, LocalStack, free_port, write_curated_partition
+from ml_platform.job_arguments import TrainArguments
 
 
 @pytest.fixture(scope="session")
@@ -120,30 +121,19 @@ def train_job(
         if name not in runs:
             work = root / name
             work.mkdir()
-            args = [
-                "--workflow",
-                "mnist",
-                "--curated-root",
-                str(root / "curated"),
-                "--start-ds",
-                TRAIN_DS,
-                "--end-ds",
-                TRAIN_DS,
-                "--work-dir",
-                str(work / "scratch"),
-                "--output-manifest",
-                str(work / "train.json"),
-                "--experiment-name",
-                "azure-training",
-                "--backend",
-                backend,
-                "--epochs",
-                str(epochs),
-                "--num-ranks",
-                "2",
-                "--checkpoint-dir",
-                checkpoint_dir,
-            ]
+            args = TrainArguments(
+                workflow="mnist",
+                curated_root=root / "curated",
+                start_ds=TRAIN_DS,
+                end_ds=TRAIN_DS,
+                work_dir=work / "scratch",
+                output_manifest=work / "train.json",
+                experiment_name="azure-training",
+                backend=backend,
+                epochs=epochs,
+                num_ranks=2,
+                checkpoint_dir=checkpoint_dir,
+            ).argv()
             started = time.monotonic()
             if kill_at_checkpoint is None:
                 proc = azure_stack.spark_submit("train", args, archive=archive, cwd=work, timeout=300)

@@ -37,6 +37,7 @@ from faults_support import (
     wait_for_process,
 )
 from local_stack import REPO, VENV_BIN
+from ml_platform.job_arguments import TrainArguments
 
 
 def airflow_kill_escalation_s() -> float:
@@ -67,33 +68,19 @@ def train_operator(faults_stack, ds: str, scenario: str, attempt: int, marker: s
         py_files=str(faults_stack.archive),
         conf=spark_conf(),
         name="faults-train",
-        application_args=[
-            "--workflow",
-            WORKFLOW,
-            "--curated-root",
-            str(curated),
-            "--start-ds",
-            ds,
-            "--end-ds",
-            ds,
-            "--work-dir",
-            str(run_dir / "train"),
-            "--output-manifest",
-            str(run_dir / "train.json"),
-            "--experiment-name",
-            EXPERIMENT,
-            "--epochs",
-            "1",
-            "--num-ranks",
-            "2",
-            "--tag",
-            f"fault_scenario={scenario}",
-            "--tag",
-            f"attempt={attempt}",
-            # What the DAG tags every try of one task run with.
-            "--tag",
-            f"airflow_run_id=faults__{scenario}",
-        ],
+        application_args=TrainArguments(
+            workflow=WORKFLOW,
+            curated_root=curated,
+            start_ds=ds,
+            end_ds=ds,
+            work_dir=run_dir / "train",
+            output_manifest=run_dir / "train.json",
+            experiment_name=EXPERIMENT,
+            epochs=1,
+            num_ranks=2,
+            # What the DAG tags every try of one task run with, and this test's own.
+            tags=(f"fault_scenario={scenario}", f"attempt={attempt}", f"airflow_run_id=faults__{scenario}"),
+        ).argv(),
         env_vars={MARKER_VAR: marker, **(env or {})},
     )
 

@@ -23,6 +23,7 @@ import pytest
 
 import package_jobs
 from local_stack import LocalStack, free_port
+from ml_platform.job_arguments import TrainArguments
 from spark_jobs import workflows
 from spark_jobs.sample_data import make_rows
 from spark_jobs.schema import curated_arrow_table
@@ -71,30 +72,19 @@ def submit_training(stack: dict, workflow: str, backend: str) -> tuple[subproces
     work = work_dir(stack, workflow, backend)
     work.mkdir()
     manifest = work / "train.json"
-    args = [
-        "--workflow",
-        workflow,
-        "--curated-root",
-        str(stack["root"] / "curated" / workflow),
-        "--start-ds",
-        DS,
-        "--end-ds",
-        DS,
-        "--work-dir",
-        str(work / "scratch"),
-        "--output-manifest",
-        str(manifest),
-        "--experiment-name",
-        f"train-backends-{workflow}",
-        "--backend",
-        backend,
-        "--epochs",
-        str(EPOCHS[workflow]),
-        "--num-ranks",
-        "2",
-        "--checkpoint-dir",
-        str(work / "checkpoints"),
-    ]
+    args = TrainArguments(
+        workflow=workflow,
+        curated_root=stack["root"] / "curated" / workflow,
+        start_ds=DS,
+        end_ds=DS,
+        work_dir=work / "scratch",
+        output_manifest=manifest,
+        experiment_name=f"train-backends-{workflow}",
+        backend=backend,
+        epochs=EPOCHS[workflow],
+        num_ranks=2,
+        checkpoint_dir=work / "checkpoints",
+    ).argv()
     started = time.monotonic()
     proc = stack["stack"].spark_submit("train", args, archive=stack["archive"], cwd=work, timeout=SUBMIT_TIMEOUT_S)
     return proc, manifest, time.monotonic() - started
