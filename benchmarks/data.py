@@ -15,7 +15,7 @@ import numpy as np
 
 from spark_jobs import workflows
 from spark_jobs.sample_data import make_rows, write_drop
-from spark_jobs.schema import curated_arrow_table
+from spark_jobs.schema import curated_arrow_table, partition_path
 
 # The workflow benchmarks use unless they name another.
 DEFAULT_WORKFLOW = "mnist"
@@ -30,7 +30,7 @@ def write_curated_day(
     import pyarrow.parquet as pq
 
     wf = workflows.load(workflow)
-    partition = root / f"ds={ds}"
+    partition = Path(partition_path(root, ds))
     partition.mkdir(parents=True, exist_ok=True)
     per_file = -(-rows // files)
     for index, first in enumerate(range(0, rows, per_file)):
@@ -55,11 +55,11 @@ def write_curated_days(
     root: Path, days: list[str], rows_per_day: int, files_per_day: int = 1, workflow: str = DEFAULT_WORKFLOW
 ) -> None:
     for ds in days:
-        if not (root / f"ds={ds}").exists():
+        if not Path(partition_path(root, ds)).exists():
             write_curated_day(root, ds, rows_per_day, files_per_day, workflow=workflow)
 
 
 def write_raw_drop(root: Path, ds: str, rows: int, workflow: str = DEFAULT_WORKFLOW) -> Path:
     """The day's raw CSV drop exactly as ``python -m spark_jobs.sample_data`` writes it."""
-    target = root / f"ds={ds}" / f"{workflow}.csv"
+    target = Path(partition_path(root, ds)) / f"{workflow}.csv"
     return target if target.exists() else write_drop(workflow, root, ds, rows)

@@ -24,6 +24,7 @@ from benchmarks.core import BenchResult, Ratio, Target, repeat
 from benchmarks.data import write_raw_drop
 from benchmarks.env import BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
+from spark_jobs.schema import partition_path
 
 DS = "2026-09-15"
 # (workflow, suffix of its measurement and ratio names): MNIST keeps the names it always had.
@@ -80,7 +81,7 @@ class IngestBench(Benchmark):
 
     def job_args(self, workflow: str, out: str) -> dict[str, str]:
         return {
-            "raw_path": str(self.raw / workflow / f"ds={DS}"),
+            "raw_path": partition_path(self.raw / workflow, DS),
             "ds": DS,
             "curated_root": str(self.root / out / workflow / "curated"),
             "quarantine_root": str(self.root / out / workflow / "quarantine"),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from benchmarks.core import BenchResult, Ratio, Target, log, repeat
 from benchmarks.data import write_curated_day
 from benchmarks.env import MODEL_WORKFLOW, BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
+from spark_jobs.schema import partition_path
 
 MAIN_DS, TUNE_DS, NAIVE_DS, WARM_DS = "2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"
 WARM_ROWS = 2000
@@ -147,7 +149,7 @@ class ScoringBench(Benchmark):
             (NAIVE_DS, 2),
             (WARM_DS, 2),
         ):
-            if not (self.curated / f"ds={ds}").exists():
+            if not Path(partition_path(self.curated, ds)).exists():
                 write_curated_day(self.curated, ds, self.rows(ds), files)
         self.env.model_uri()
 
@@ -311,7 +313,7 @@ class ScoringBench(Benchmark):
         from spark_jobs.inference import FORWARD_ROWS
 
         torch.set_num_threads(2)
-        features = read_features(self.curated / f"ds={MAIN_DS}")
+        features = read_features(Path(partition_path(self.curated, MAIN_DS)))
         model = mlflow.pytorch.load_model(self.env.model_uri())
 
         def torch_seconds(x: np.ndarray) -> float:

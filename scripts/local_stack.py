@@ -70,12 +70,12 @@ def write_curated_partition(curated_root: Path, ds: str, rows: int, workflow: st
 
     from spark_jobs import workflows
     from spark_jobs.sample_data import make_rows
-    from spark_jobs.schema import curated_arrow_table
+    from spark_jobs.schema import curated_arrow_table, partition_path
 
     wf = workflows.load(workflow)
     labels, features = make_rows(wf, ds, rows)
     table = curated_arrow_table(wf, np.arange(rows), labels, features)
-    partition = curated_root / f"ds={ds}"
+    partition = Path(partition_path(curated_root, ds))
     partition.mkdir(parents=True)
     pq.write_table(table, partition / "part-00000.parquet")
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dags"))
 
 from local_stack import REPO, LocalStack  # noqa: E402
-from ml_platform.config import load_config  # noqa: E402
+from ml_platform.config import PlatformConfig, load_config  # noqa: E402
 from ml_platform.workflows import declared  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def summarize(stack: LocalStack, workflow: str, ds: str) -> dict:
     model = load_config(workflow).model_name
     client = MlflowClient(tracking_uri=stack.tracking_uri)
     champion = client.get_model_version_by_alias(model, "champion")
-    scored_dir = stack.storage_root / "predictions" / workflow / f"ds={ds}"
+    scored_dir = PlatformConfig.partition_path(str(stack.storage_root / "predictions" / workflow), ds)
     scored = pads.dataset(str(scored_dir), format="parquet").to_table(columns=["model_version"])
     metric = champion.tags.get("holdout_metric", "accuracy")
     return {
@@ -67,7 +67,7 @@ def main() -> int:
     workflows = declared() if args.workflow == "all" else [args.workflow]
     stack = LocalStack(state_dir=REPO / "var")
     for workflow in workflows:
-        if not (stack.storage_root / "raw" / workflow / f"ds={ds}").exists():
+        if not Path(PlatformConfig.partition_path(str(stack.storage_root / "raw" / workflow), ds)).exists():
             stack.generate_drops([ds], rows=args.rows, workflow=workflow)
     stack.migrate()
     stack.start_mlflow()

@@ -85,11 +85,6 @@ def parse_ds(value: str) -> str:
     return value
 
 
-def partition_path(root: str, ds: str) -> str:
-    """Location of one day's partition under a dataset root."""
-    return f"{root.rstrip('/')}/{PARTITION_COL}={ds}"
-
-
 def read_partitions(spark: SparkSession, root: str, start_ds: str, end_ds: str) -> DataFrame:
     """Rows of the partitions ``start_ds <= ds <= end_ds``, ``ds`` as a ``YYYY-MM-DD`` string.
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from spark_jobs import workflows
+from spark_jobs.schema import partition_path
 from spark_jobs.workflows import Workflow
 
 CLI_DEFAULT_WORKFLOW = "mnist"
@@ -86,7 +87,7 @@ def write_drop(
     atomically; return its path."""
     wf = _workflow(workflow)
     labels, features = make_rows(wf, ds, rows, seed=seed, augment=augment)
-    target_dir = Path(out_dir) / f"ds={ds}"
+    target_dir = Path(partition_path(out_dir, ds))
     target_dir.mkdir(parents=True, exist_ok=True)
     target = target_dir / f"{wf.name}.csv"
     tmp = target_dir / f".{wf.name}.csv.tmp"
