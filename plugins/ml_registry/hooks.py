@@ -50,9 +50,13 @@ class MlflowRegistryHook(BaseHook):
     conn_type = "http"
     hook_name = "MLflow"
 
-    def __init__(self, mlflow_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+    def __init__(
+        self, mlflow_conn_id: str = default_conn_name, connection: Connection | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.mlflow_conn_id = mlflow_conn_id
+        if connection is not None:  # fetched already (a trigger reads it asynchronously)
+            self.__dict__["connection"] = connection
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -114,6 +118,17 @@ class MlflowRegistryHook(BaseHook):
         if token:
             env["MLFLOW_TRACKING_TOKEN"] = str(token)
         return env
+
+    def http_auth(self) -> dict[str, Any]:
+        """Keyword arguments for an HTTP client that calls the server's REST API with the
+        connection's credentials (``auth`` for basic auth, an ``Authorization`` header for a
+        token), without touching this process's environment."""
+        env = self.client_env()
+        if "MLFLOW_TRACKING_USERNAME" in env:
+            return {"auth": (env["MLFLOW_TRACKING_USERNAME"], env.get("MLFLOW_TRACKING_PASSWORD", ""))}
+        if "MLFLOW_TRACKING_TOKEN" in env:
+            return {"headers": {"Authorization": f"Bearer {env['MLFLOW_TRACKING_TOKEN']}"}}
+        return {}
 
     def get_conn(self) -> MlflowClient:
         """An ``MlflowClient`` for the server; also points this process's MLflow at it.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -14,6 +13,7 @@ from ml_registry.alias_history import history_tag, read_history, version_as_of
 from ml_registry.hooks import MlflowRegistryHook
 from ml_registry.links import MlflowModelVersionLink, model_version_url
 from ml_registry.signatures import signature_problems
+from ml_registry.triggers import PENDING, ModelVersionReadyTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion, RegisteredModel
 
 POLICIES = ("current", "as_of")
-READY, PENDING = "READY", "PENDING_REGISTRATION"
+READY = "READY"
 
 
 class ModelRegistryGateOperator(BaseOperator):
@@ -62,7 +62,9 @@ class ModelRegistryGateOperator(BaseOperator):
     :param max_age: Refuse versions registered longer than this before the run's logical date
         (before ``as_of`` under the ``as_of`` policy).
     :param wait_for_ready_timeout: Seconds to wait while the version is
-        ``PENDING_REGISTRATION``; 0 refuses it at once.
+        ``PENDING_REGISTRATION``; 0 refuses it at once. The wait is deferred to the
+        triggerer (:class:`ml_registry.triggers.ModelVersionReadyTrigger`): no worker slot is
+        held, and the run resumes with the same version, checked again.
     :param poke_interval: Seconds between status checks while waiting.
     :param expected_schema: What the scored data holds, checked against the model's input
         signature (``ml_registry.signatures``). For a tensor-based signature, the tensor's
@@ -121,16 +123,7 @@ class ModelRegistryGateOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, str | None]:
         explicit_version = self._explicit_version()
-        logical_date = context.get("logical_date")
-        as_of = None
-        if explicit_version is None and self.policy == "as_of":
-            as_of = self._as_of_time(logical_date)
-        # max_age is measured at the time the run stands for: its logical date, else when it
-        # was queued (asset-triggered runs). Never the wall clock: a retry or a late worker
-        # would see a different answer than the run it belongs to.
-        run_after = getattr(context.get("dag_run"), "run_after", None)
-        reference_time = as_of or _as_utc(logical_date) or _as_utc(run_after)
-
+        as_of = self._as_of(context)
         hook = MlflowRegistryHook(mlflow_conn_id=self.mlflow_conn_id)
         client = hook.get_conn()
         with hook.unavailable_as_retryable(f"resolving model {self.model_name!r}"):
@@ -143,7 +136,62 @@ class ModelRegistryGateOperator(BaseOperator):
             else:
                 version = self._version_by_alias(registered)
                 selected_by, alias = f"alias:{self.alias}", self.alias
-            model_version = self._ready_version(client, version, selected_by)
+            model_version = self._model_version(client, version, selected_by)
+        if model_version.status == PENDING and self.wait_for_ready_timeout > 0:
+            # Still registering: wait in the triggerer (no worker slot held), then go on with
+            # this version: the alias is never read again.
+            waiting = self.wait_for_ready_timeout
+            self.log.info("%s version %s is %s; deferring up to %ss", self.model_name, version, PENDING, waiting)
+            self.defer(
+                trigger=ModelVersionReadyTrigger(
+                    mlflow_conn_id=self.mlflow_conn_id,
+                    model_name=self.model_name,
+                    version=version,
+                    poke_interval=self.poke_interval,
+                    timeout=self.wait_for_ready_timeout,
+                ),
+                method_name="execute_complete",
+                kwargs={"version": version, "selected_by": selected_by, "alias": alias},
+            )
+        return self._pin(context, hook, model_version, selected_by, alias, waited=None)
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any], version: str, selected_by: str, alias: str | None
+    ) -> dict[str, str | None]:
+        """Resume after :class:`ModelVersionReadyTrigger` fired: check the same version again."""
+        hook = MlflowRegistryHook(mlflow_conn_id=self.mlflow_conn_id)
+        client = hook.get_conn()
+        with hook.unavailable_as_retryable(f"checking model {self.model_name!r} version {version}"):
+            model_version = self._model_version(client, version, selected_by)
+        return self._pin(context, hook, model_version, selected_by, alias, waited=event.get("waited_s"))
+
+    def _as_of(self, context: Context) -> dt.datetime | None:
+        """The time the ``as_of`` policy resolves at; None under ``current`` or a version."""
+        if self._explicit_version() is None and self.policy == "as_of":
+            return self._as_of_time(context.get("logical_date"))
+        return None
+
+    def _pin(
+        self,
+        context: Context,
+        hook: MlflowRegistryHook,
+        model_version: ModelVersion,
+        selected_by: str,
+        alias: str | None,
+        waited: float | None,
+    ) -> dict[str, str | None]:
+        """Check the selected version (READY, every rule) and return it pinned."""
+        if model_version.status != READY:
+            after = f" after waiting {self.wait_for_ready_timeout}s" if waited is not None else ""
+            self._refuse(
+                model_version.version, f"status is {model_version.status}{after}, only {READY} versions may be used"
+            )
+        # max_age is measured at the time the run stands for: its logical date, else when it
+        # was queued (asset-triggered runs). Never the wall clock: a retry or a late worker
+        # would see a different answer than the run it belongs to.
+        run_after = getattr(context.get("dag_run"), "run_after", None)
+        reference_time = self._as_of(context) or _as_utc(context.get("logical_date")) or _as_utc(run_after)
+        with hook.unavailable_as_retryable(f"checking model {self.model_name!r} version {model_version.version}"):
             problems = self._check(model_version, reference_time)
         if problems:
             self._refuse(model_version.version, "; ".join(problems))
@@ -246,23 +294,6 @@ class ModelRegistryGateOperator(BaseOperator):
                 )
             self._refuse(None, f"no version held alias {self.alias!r} at {as_of.isoformat()}: {why}")
         return version
-
-    def _ready_version(self, client: MlflowClient, version: str, selected_by: str) -> ModelVersion:
-        """The version, once ``READY``; waits (poke-style) while it is still registering."""
-        model_version = self._model_version(client, version, selected_by)
-        deadline = time.monotonic() + max(self.wait_for_ready_timeout, 0)
-        while model_version.status == PENDING and time.monotonic() < deadline:
-            self.log.info(
-                "%s version %s is %s; checking again in %ss", self.model_name, version, PENDING, self.poke_interval
-            )
-            time.sleep(max(0.0, min(self.poke_interval, deadline - time.monotonic())))
-            model_version = self._model_version(client, version, selected_by)
-        if model_version.status != READY:
-            waited = ""
-            if model_version.status == PENDING and self.wait_for_ready_timeout > 0:
-                waited = f" after waiting {self.wait_for_ready_timeout}s"
-            self._refuse(version, f"status is {model_version.status}{waited}, only {READY} versions may be used")
-        return model_version
 
     def _model_version(self, client: MlflowClient, version: str, selected_by: str) -> ModelVersion:
         from mlflow.exceptions import RestException

@@ -6,7 +6,9 @@ The operator's ``execute`` is called directly with the only context key it reads
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import importlib
 import json
 import os
 import sqlite3
@@ -20,7 +22,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 from structlog.testing import capture_logs
 
 from ml_registry.hooks import MlflowRegistryHook, MlflowServerUnavailableError
@@ -32,9 +34,25 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_gate(logical_date: dt.datetime | None = None, **kwargs):
-    """Execute a gate the way a worker would, minus Airflow's bookkeeping."""
+    """Execute a gate the way a worker would, minus Airflow's bookkeeping. A deferral is
+    carried out as Airflow does it: the trigger rebuilt from its serialized form (as the
+    triggerer loads it), run until its event, then the gate resumed with that event."""
     gate = ModelRegistryGateOperator(task_id="gate_model", **kwargs)
-    return gate.execute({"logical_date": logical_date or dt.datetime.now(UTC)})
+    context = {"logical_date": logical_date or dt.datetime.now(UTC)}
+    try:
+        return gate.execute(context)
+    except TaskDeferred as deferred:
+        event = asyncio.run(first_event(deferred.trigger))
+        return getattr(gate, deferred.method_name)(context, event=event.payload, **(deferred.kwargs or {}))
+
+
+async def first_event(trigger):
+    classpath, kwargs = trigger.serialize()
+    module, name = classpath.rsplit(".", 1)
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+    async for event in rebuilt.run():
+        return event
+    raise AssertionError(f"{classpath} ended without an event")
 
 
 def set_status(db_path: Path, name: str, version: str, status: str) -> None:
@@ -185,6 +203,31 @@ def test_wait_for_ready_pokes_until_registration_finishes(mlflow_conn, mlflow_se
     # its timeout (a gate that slept through the timeout would return after it).
     assert pokes(logs) >= 1
     assert ready_from[0] < returned < started + timeout
+
+
+def test_waiting_for_ready_is_deferred_not_slept_in_the_worker(mlflow_conn, mlflow_server, make_model):
+    """execute() hands the wait to a trigger at once (no worker slot held while it waits);
+    the trigger names the connection, never its credentials."""
+    name = make_model((0,), champion=1)
+    set_status(mlflow_server.db_path, name, "1", "PENDING_REGISTRATION")
+    gate = ModelRegistryGateOperator(
+        task_id="gate_model", model_name=name, wait_for_ready_timeout=3600, poke_interval=30
+    )
+    started = time.monotonic()
+    with pytest.raises(TaskDeferred) as deferred:
+        gate.execute({"logical_date": dt.datetime.now(UTC)})
+    assert time.monotonic() - started < 30  # not one poke interval slept
+    classpath, kwargs = deferred.value.trigger.serialize()
+    assert classpath == "ml_registry.triggers.ModelVersionReadyTrigger"
+    assert kwargs == {
+        "mlflow_conn_id": "mlflow_default",
+        "model_name": name,
+        "version": "1",
+        "poke_interval": 30.0,
+        "timeout": 3600.0,
+    }
+    assert deferred.value.method_name == "execute_complete"
+    assert deferred.value.kwargs == {"version": "1", "selected_by": "alias:champion", "alias": "champion"}
 
 
 def test_wait_for_ready_gives_up_after_the_timeout(mlflow_conn, mlflow_server, make_model):
