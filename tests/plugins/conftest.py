@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ from typing import Any
 import pandas as pd  # module level: MLflow resolves predict's type hints in these globals
 import pytest
 
-from local_stack import VENV_BIN, LocalStack, _stop_group, _wait_until_ready, free_port
+from local_stack import LocalStack, free_port
 from registry_stores import STORES, postgres_database
 
 MLFLOW_ENV_VARS = (
@@ -60,44 +58,20 @@ def mlflow_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     """``mlflow server`` on a free loopback port, on the store the test asks for."""
     state_dir = tmp_path_factory.mktemp(f"gate-stack-{request.param}")
     stack = LocalStack(state_dir=state_dir, mlflow_port=free_port())
-    if request.param == "sqlite":  # the embedded stack's own launcher
+    if request.param == "sqlite":  # the embedded stack's own store
         stack.start_mlflow()
         try:
             yield MlflowServer(uri=stack.tracking_uri, port=stack.mlflow_port, db_path=stack.mlflow_db)
         finally:
             stack.stop_mlflow()
         return
-    with postgres_database("gate") as store_uri, open(state_dir / "server.log", "ab") as log:
-        server = subprocess.Popen(
-            [
-                str(VENV_BIN / "mlflow"),
-                "server",
-                "--backend-store-uri",
-                store_uri,
-                "--artifacts-destination",
-                str(state_dir / "artifacts"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(stack.mlflow_port),
-                "--workers",
-                "1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=stack.env(),
-        )
-
-        def healthy() -> bool:
-            with urllib.request.urlopen(f"{stack.tracking_uri}/health", timeout=2) as resp:
-                return resp.status == 200
-
+    with postgres_database("gate") as store_uri:
+        stack.mlflow_store_uri = store_uri  # the same launcher, on the production store
+        stack.start_mlflow()
         try:
-            _wait_until_ready(server, healthy, 120, f"MLflow server on {store_uri}", state_dir / "server.log")
             yield MlflowServer(uri=stack.tracking_uri, port=stack.mlflow_port, db_path=None, store="postgresql")
         finally:
-            _stop_group(server)
+            stack.stop_mlflow()
 
 
 @pytest.fixture(autouse=True)
