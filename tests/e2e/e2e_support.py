@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
 
+from quick_models import briefly_trained_cnn, log_cnn_run
+
 from local_stack import wait_until
 
 WORKFLOW = "mnist"
@@ -97,42 +99,19 @@ def task_log(stack, dag_id: str, run_id: str, task_id: str, try_number: int = 1)
 
 
 def register_quick_champion(tracking_uri: str, rows: int = 2000, steps: int = 150) -> str:
-    """Train the MNIST workflow's CNN briefly in-process, log it as the train job does
-    (``spark_jobs.training.model_logging``), register it, make it a passed ``champion``;
-    returns the version. For tests whose subject is not training."""
+    """The MNIST workflow's CNN trained briefly in-process (``quick_models``), logged as the
+    train job logs it, registered and made a passed ``champion``; returns the version. For
+    tests whose subject is not training."""
     import mlflow
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
     from mlflow import MlflowClient
 
-    from spark_jobs import workflows
-    from spark_jobs.sample_data import make_rows
-    from spark_jobs.training.model_logging import log_serving_model
-
-    workflow = workflows.load(WORKFLOW)
-    labels, images = make_rows(workflow, "2026-10-01", rows, seed=11)
-    # The images as the curated table holds them (uint8 [n, 28, 28]); class indices for the loss.
-    x, y = torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
-    torch.manual_seed(0)
-    net = workflows.model_factory(workflow)()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.5)
-    for _step in range(steps):
-        idx = torch.randint(0, rows, (32,))
-        optimizer.zero_grad()
-        F.nll_loss(net(x[idx]), y[idx]).backward()
-        optimizer.step()
-    client = MlflowClient(tracking_uri=tracking_uri)
-    # An explicit experiment: this process may have another server's experiment active.
-    experiment = client.get_experiment_by_name(MODEL)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(MODEL)
+    _, model_uri = log_cnn_run(tracking_uri, MODEL, {}, briefly_trained_cnn("2026-10-01", rows, steps, seed=11))
     mlflow.set_tracking_uri(tracking_uri)
     try:
-        with mlflow.start_run(experiment_id=experiment_id):
-            model_uri = log_serving_model(workflow, net.state_dict(), images[:5])
         info = mlflow.register_model(model_uri, MODEL)
     finally:
         mlflow.set_tracking_uri(None)
+    client = MlflowClient(tracking_uri=tracking_uri)
     version = str(info.version)
     client.set_model_version_tag(MODEL, version, "validation_status", "passed")
     client.set_registered_model_alias(MODEL, "champion", version)

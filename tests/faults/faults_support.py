@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from quick_models import briefly_trained_cnn, log_cnn_run
 
 import process_markers
 from local_stack import REPO, VENV_BIN, job_spark_conf, wait_until
@@ -192,40 +193,9 @@ def log_briefly_trained_model(
     ``steps`` SGD steps (a few seconds) on generated rows of the base day that are not the
     base partition's (another seed): about 0.75 held-out accuracy where an untrained one has
     about 0.1, so a registry test has a champion that is really better on the same rows."""
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-
-    from spark_jobs.sample_data import make_rows
-    from spark_jobs.workflows.mnist import MnistNet
-
-    labels, images = make_rows(WORKFLOW, BASE_DS, rows, seed=BASE_SEED + 1)
-    # The images as the curated table holds them (uint8 [n, 28, 28]); class indices for the loss.
-    x, y = torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
-    torch.manual_seed(0)
-    net = MnistNet()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.5)
-    for _step in range(steps):
-        batch = torch.randint(0, rows, (32,))
-        optimizer.zero_grad()
-        F.nll_loss(net(x[batch]), y[batch]).backward()
-        optimizer.step()
-    return _log_cnn_run(tracking_uri, tags, net.state_dict())
+    return _log_cnn_run(tracking_uri, tags, briefly_trained_cnn(BASE_DS, rows, steps, seed=BASE_SEED + 1))
 
 
 def _log_cnn_run(tracking_uri: str, tags: dict[str, str], state_dict) -> tuple[str, str]:
-    import mlflow
-    import numpy as np
-
-    from spark_jobs import workflows
-    from spark_jobs.training.model_logging import log_serving_model
-
-    workflow = workflows.load(WORKFLOW)
-    example = np.zeros((2, *workflow.features.shape), dtype=workflow.features.dtype)
-    with mlflow_client_env(tracking_uri):
-        client = mlflow.MlflowClient()
-        experiment = client.get_experiment_by_name(EXPERIMENT)
-        experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
-        with mlflow.start_run(experiment_id=experiment_id, tags=tags) as run:
-            model_uri = log_serving_model(workflow, state_dict, example)
-    return run.info.run_id, model_uri
+    with mlflow_client_env(tracking_uri):  # no other server's credentials in reach
+        return log_cnn_run(tracking_uri, EXPERIMENT, tags, state_dict)
