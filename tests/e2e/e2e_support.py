@@ -66,9 +66,9 @@ def backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str, timeo
     days = {r["logical_date"][:10] for r in mine}
     expected = (date.fromisoformat(last_ds) - date.fromisoformat(first_ds)).days + 1
     assert len(days) == expected, f"backfill {backfill_id}: runs for {sorted(days)}, {expected} days asked"
-    failed = [(r["run_id"], r["state"]) for r in mine if r["state"] != "success"]
+    failed = [(r["dag_run_id"], r["state"]) for r in mine if r["state"] != "success"]
     assert not failed, f"backfill {backfill_id} runs not successful: {failed}"
-    return {r["run_id"]: r["state"] for r in mine}
+    return {r["dag_run_id"]: r["state"] for r in mine}
 
 
 TERMINAL = ("success", "failed")
