@@ -16,8 +16,8 @@ DAGS_DIR = REPO / "dags"
 DAG_FILES = sorted(p for p in DAGS_DIR.glob("*.py"))
 # Airflow's own guidance: a DAG file must parse well under a second; we hold ours to 0.3 s,
 # measured cold (the median of PARSE_REPEATS parses, each in a freshly forked child), in CPU
-# seconds: what a parse costs the DAG processor, whatever else the machine runs meanwhile
-# (the wall time is reported beside it).
+# seconds: what a parse costs the DAG processor, less inflated than the wall time by what
+# else the machine runs meanwhile (the wall time is reported beside it).
 MAX_PARSE_SECONDS = 0.3
 PARSE_REPEATS = 5
 
