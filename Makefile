@@ -9,7 +9,7 @@ test:
 	scripts/setup_env.sh --dev
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/python -m pytest tests
+	.venv/bin/python -m pytest tests -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The unit tier: no server started or reached (see the markers in pytest.ini).
 test-fast:

@@ -15,11 +15,17 @@ for path in (REPO, REPO / "dags", REPO / "plugins", REPO / "scripts"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-# Airflow reads its configuration at import; without this it would create ~/airflow.
+# Airflow reads its configuration at import; without this it would create ~/airflow. Each
+# pytest-xdist worker has its own (they would otherwise inherit the controller's).
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix=f"airflow-home-{worker}-")
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-_FIGURES: list[str] = []
+# Figures recorded by the tests (``report_figure``), printed at the end of the run. Under
+# pytest-xdist the tests run in worker processes: they append to one file, named in the
+# environment the controller hands its workers, which the controller prints.
+FIGURES_ENV = "MLSPARK_TEST_FIGURES"
 
 # Test tiers (markers, registered in pytest.ini), given by what a test needs, so that no
 # test has to be marked by hand and none is left out of a tier:
@@ -43,22 +49,57 @@ def tier(item: pytest.Item) -> str:
     return "unit"
 
 
+# How `make test` spreads the suite over two processes (pytest-xdist, ``--dist loadgroup``):
+# one group per folder whose tests share a session-wide stack (its MLflow server, Airflow
+# services, trained champion), which must not be built twice; one group per module
+# elsewhere. The end-to-end tests wait on schedulers, servers and JVM start-ups for much of
+# their time, which the other process fills. Groups are handed out in this order, longest
+# first (measured), so that both processes finish at about the same time; the rest follow.
+SHARED_STACK_FOLDERS = ("e2e", "faults", "azure", "plugins")
+LONGEST_FIRST = ("e2e", "faults", "azure", "benchmarks/test_bench_tiny.py", "plugins")
+
+
+def schedule_group(item: pytest.Item) -> str:
+    path = Path(str(item.path)).relative_to(REPO / "tests")
+    return path.parts[0] if path.parts[0] in SHARED_STACK_FOLDERS else path.as_posix()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(tier(item))
+        item.add_marker(pytest.mark.xdist_group(schedule_group(item)))
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    # A stable sort: within a group the collection order (which fixtures rely on) is kept.
+    items.sort(key=lambda item: rank.get(schedule_group(item), len(rank)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        handle, path = tempfile.mkstemp(prefix="test-figures-", suffix=".txt")
+        os.close(handle)
+        os.environ[FIGURES_ENV] = path
 
 
 @pytest.fixture(scope="session")
 def report_figure():
     """Record a measured figure (parse time, wall-time ratio) for the end-of-run summary."""
-    return _FIGURES.append
+
+    def record(line: str) -> None:
+        with open(os.environ[FIGURES_ENV], "a", encoding="utf-8") as figures:
+            figures.write(line.replace("\n", " ") + "\n")
+
+    return record
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _FIGURES:
+    path = Path(os.environ.get(FIGURES_ENV, ""))
+    if hasattr(terminalreporter.config, "workerinput") or not path.is_file():
+        return
+    if lines := path.read_text(encoding="utf-8").splitlines():
         terminalreporter.section("measured figures")
-        for line in _FIGURES:
+        for line in lines:
             terminalreporter.write_line(line)
+    path.unlink()
 
 
 @pytest.fixture
