@@ -1,15 +1,24 @@
 # The two commands of the README, and the benchmark suite. Each creates or reuses .venv by itself.
-.PHONY: demo test test-fast lint format bench
+.PHONY: demo up down test test-fast lint format bench
 
 demo:
 	scripts/setup_env.sh
 	.venv/bin/python scripts/run_nightly.py
 
+# The platform to work in: Airflow (UI, scheduler, DAG processor, triggerer) and MLflow on an
+# embedded PostgreSQL, on 127.0.0.1, until `make down` (scripts/platform_stack.py).
+up:
+	scripts/setup_env.sh
+	.venv/bin/python scripts/platform_stack.py up
+
+down:
+	.venv/bin/python scripts/platform_stack.py down
+
 test:
 	scripts/setup_env.sh --dev
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/python -m pytest tests -n 2 --dist loadgroup --no-loadscope-reorder
+	.venv/bin/python -m pytest tests -n 2 --dist loadgroup
 
 # The unit tier: no server started or reached (see the markers in pytest.ini).
 test-fast:

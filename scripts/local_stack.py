@@ -137,6 +137,24 @@ class SocketWatch:
         return sorted((ip, port, cmd[:160]) for ip, port, cmd in self.listeners if not is_loopback(ip))
 
 
+def marked_processes(var: str, marker: str) -> list:
+    """Every live process (``psutil.Process``) whose environment has ``var=marker``, but this
+    one and zombies. A variable set on a process is inherited by all it starts, so this finds
+    a whole tree, also the parts that were re-parented or moved to a session of their own."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(var) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 def git_revision() -> str:
     try:
         return subprocess.run(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -29,12 +29,12 @@ FIGURES_ENV = "MLSPARK_TEST_FIGURES"
 
 # Test tiers (markers, registered in pytest.ini), given by what a test needs, so that no
 # test has to be marked by hand and none is left out of a tier:
-# - e2e: the DAGs, jobs and services together (tests/e2e, tests/faults, tests/azure, and
-#   the whole benchmark suite at tiny size);
+# - e2e: the DAGs, jobs and services together (tests/e2e, tests/faults, tests/azure,
+#   tests/platform, and the whole benchmark suite at tiny size);
 # - integration: a server this process starts or reaches (an MLflow tracking server,
 #   PostgreSQL, spark-submit on an embedded stack);
 # - unit: everything else, in-process (local SparkSession, SQLite stores, DagBag).
-E2E_FOLDERS = {"e2e", "faults", "azure"}
+E2E_FOLDERS = {"e2e", "faults", "azure", "platform"}
 E2E_FILES = {"test_bench_tiny.py"}
 SERVER_FIXTURES = {"mlflow_server", "training_stack"}
 
@@ -49,28 +49,47 @@ def tier(item: pytest.Item) -> str:
     return "unit"
 
 
-# How `make test` spreads the suite over two processes (pytest-xdist, ``--dist loadgroup``):
-# one group per folder whose tests share a session-wide stack (its MLflow server, Airflow
-# services, trained champion), which must not be built twice; one group per module
-# elsewhere. The end-to-end tests wait on schedulers, servers and JVM start-ups for much of
-# their time, which the other process fills. Groups are handed out in this order, longest
-# first (measured), so that both processes finish at about the same time; the rest follow.
+# How `make test` spreads the suite over two processes (pytest-xdist, ``-n 2 --dist
+# loadgroup``, scheduled by the hook below): one group per folder whose tests share a
+# session-wide stack (its MLflow server, Airflow services, trained champion), which must
+# not be built twice; one group per module elsewhere. The end-to-end tests wait on
+# schedulers, servers and JVM start-ups for much of their time, which the other process
+# fills. Groups are handed out in this order, longest first (measured), so that both
+# processes finish at about the same time; the rest follow in collection order.
 SHARED_STACK_FOLDERS = ("e2e", "faults", "azure", "plugins")
 LONGEST_FIRST = ("e2e", "faults", "azure", "benchmarks/test_bench_tiny.py", "plugins")
 
 
-def schedule_group(item: pytest.Item) -> str:
-    path = Path(str(item.path)).relative_to(REPO / "tests")
-    return path.parts[0] if path.parts[0] in SHARED_STACK_FOLDERS else path.as_posix()
+def schedule_group(nodeid: str) -> str:
+    """The group of a test, from its node id (``tests/<folder>/<module>::<name>``)."""
+    path = PurePosixPath(nodeid.split("::", 1)[0])
+    parts = path.parts[1:] if path.parts[0] == "tests" else path.parts
+    return parts[0] if parts[0] in SHARED_STACK_FOLDERS else "/".join(parts)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(tier(item))
-        item.add_marker(pytest.mark.xdist_group(schedule_group(item)))
     rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
     # A stable sort: within a group the collection order (which fixtures rely on) is kept.
-    items.sort(key=lambda item: rank.get(schedule_group(item), len(rank)))
+    items.sort(key=lambda item: rank.get(schedule_group(item.nodeid), len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` by :func:`schedule_group`, in collection order. (xdist's own
+    loadgroup reads ``xdist_group`` marks into node ids, which pytest 9 no longer lets it
+    rewrite: every test would be a group of its own.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedStackScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return schedule_group(nodeid)
+
+    config.option.loadscopereorder = False
+    return SharedStackScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -12,21 +12,7 @@ import os
 
 import psutil
 
-from local_stack import wait_until
-
-
-def marked_processes(var: str, marker: str) -> list[psutil.Process]:
-    """Every live process whose environment has ``var=marker`` (zombies do not count)."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get(var) == marker:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+from local_stack import marked_processes, wait_until
 
 
 def describe(procs: list[psutil.Process]) -> list[str]:

@@ -18,7 +18,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 import package_jobs
@@ -34,6 +33,7 @@ from azure_support import (
 )
 from local_stack import Azurite, LocalStack, free_port, write_curated_partition
 from ml_platform.job_arguments import TrainArguments
+from process_markers import wait_for_no_marked_processes
 
 
 @pytest.fixture(scope="session")
@@ -169,29 +169,12 @@ def train_job(
         assert running, (
             f"the job ended (rc {proc.returncode}) before its checkpoint of epoch {epoch}:\n{output[-8000:]}"
         )
-        return {"killed": True, "orphans": processes_marked(marker)}, output
+        return {"killed": True, "orphans": wait_for_no_marked_processes(KILL_MARKER, marker)}, output
 
     return run
 
 
 KILL_MARKER = "AZURE_TEST_JOB_MARKER"
-
-
-def processes_marked(marker: str, timeout: float = 30) -> list[str]:
-    """The live processes whose environment carries ``marker``, once none is left or after
-    ``timeout`` seconds (a SIGKILLed group takes a moment to go)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = []
-        for proc in psutil.process_iter(["pid"]):
-            try:
-                if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(KILL_MARKER) == marker:
-                    found.append(" ".join(proc.cmdline())[:200])
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,177 @@
+"""``make up`` / ``make down`` for real (``scripts/platform_stack.py``): the embedded
+PostgreSQL from the pgserver wheel, Airflow's API server, scheduler, DAG processor and
+triggerer, and the MLflow tracking server, in a state folder of their own on free ports.
+The steps build on each other: up, up again, what listens, a restart keeps state, down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from platform_stack import AIRFLOW_PORT_VAR, DATABASE_URI_VAR, MARKER_VAR, MLFLOW_PORT_VAR, Platform
+
+from local_stack import REPO, free_port, is_loopback, wait_until
+
+SCRIPT = REPO / "scripts" / "platform_stack.py"
+VARIABLE = "platform_test_kept_across_restarts"
+
+
+class PlatformCli:
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.env = {k: v for k, v in os.environ.items() if k not in (DATABASE_URI_VAR, MARKER_VAR)}
+        self.env.update({AIRFLOW_PORT_VAR: str(free_port()), MLFLOW_PORT_VAR: str(free_port())})
+
+    def __call__(self, command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(SCRIPT), command, "--state-dir", str(self.state)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    @property
+    def record(self) -> dict:
+        return json.loads((self.state / "platform.json").read_text())
+
+    @property
+    def processes(self) -> list[psutil.Process]:
+        """The platform's processes as ``down`` finds them (by session and by marker)."""
+        return Platform(self.state.resolve()).processes()
+
+    def postgres_pid(self) -> int | None:
+        pid_file = self.state / "postgres" / "postmaster.pid"
+        return int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"{self.record['airflow_url']}/api/v2{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return json.load(resp)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def output(result: subprocess.CompletedProcess) -> str:
+    return result.stdout[-4000:] + result.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    cli = PlatformCli(tmp_path_factory.mktemp("platform"))
+    first = cli("up")
+    try:
+        yield cli, first
+    finally:
+        cli("down")
+
+
+def test_up_starts_every_component_and_reports_them_healthy(platform):
+    cli, first = platform
+    assert first.returncode == 0, output(first)
+    record = cli.record
+    assert record["database"] == "embedded"
+    assert set(record["components"]) == {"mlflow", "api-server", "scheduler", "dag-processor", "triggerer"}
+    assert f"Airflow UI:  {record['airflow_url']}" in first.stdout and record["mlflow_url"] in first.stdout
+    health = cli.api("GET", "/monitor/health")
+    assert {c: health[c]["status"] for c in ("metadatabase", "scheduler", "dag_processor", "triggerer")} == {
+        "metadatabase": "healthy",
+        "scheduler": "healthy",
+        "dag_processor": "healthy",
+        "triggerer": "healthy",
+    }, health
+    with urllib.request.urlopen(f"{record['mlflow_url']}/health", timeout=10) as resp:
+        assert resp.status == 200
+    # The project's DAGs, parsed by the platform's DAG processor from the metadata DB on PostgreSQL.
+    dag_ids = wait_until(
+        lambda: (
+            {d["dag_id"] for d in cli.api("GET", "/dags?limit=100")["dags"]} >= {"mnist_nightly_retrain"}
+            and {d["dag_id"] for d in cli.api("GET", "/dags?limit=100")["dags"]}
+        ),
+        180,
+        3,
+        "the project's DAGs listed",
+    )
+    assert {"mnist_batch_scoring", "mnist_train_on_demand", "diabetes_nightly_retrain"} <= dag_ids
+
+
+def test_the_stores_are_on_the_embedded_postgresql(platform):
+    cli, _ = platform
+    env_file = (cli.state / "platform.env").read_text()
+    socket_dir = str((cli.state / "postgres").resolve())
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=" in env_file and f"host={socket_dir}" in env_file
+    mlflow = psutil.Process(cli.record["components"]["mlflow"]["pid"])
+    assert f"/mlflow?host={socket_dir}" in " ".join(mlflow.cmdline())
+
+
+def test_a_second_up_reuses_what_runs(platform):
+    cli, _ = platform
+    before = cli.record["components"]
+    again = cli("up")
+    assert again.returncode == 0, output(again)
+    assert "already running; reusing it" in again.stdout
+    assert cli.record["components"] == before
+
+
+def test_everything_listens_on_loopback_only(platform):
+    cli, _ = platform
+    pids = {p.pid for p in cli.processes}
+    listeners = [
+        (c.laddr.ip, c.laddr.port, c.pid)
+        for c in psutil.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.pid in pids
+    ]
+    ports = {port for _, port, _ in listeners}
+    assert {int(cli.env[AIRFLOW_PORT_VAR]), int(cli.env[MLFLOW_PORT_VAR])} <= ports, listeners
+    assert [entry for entry in listeners if not is_loopback(entry[0])] == []
+    # PostgreSQL listens on its Unix socket only.
+    postgres = psutil.Process(cli.postgres_pid())
+    assert [c for c in postgres.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
+
+
+def test_down_then_up_keeps_the_state(platform):
+    cli, _ = platform
+    cli.api("POST", "/variables", {"key": VARIABLE, "value": "kept"})
+    assert cli("down").returncode == 0
+    assert cli.postgres_pid() is None and cli.processes == []
+    restarted = cli("up")
+    assert restarted.returncode == 0, output(restarted)
+    assert "already running" not in restarted.stdout
+    assert cli.api("GET", f"/variables/{VARIABLE}")["value"] == "kept"
+
+
+def test_down_leaves_no_process_and_no_listening_port(platform):
+    cli, _ = platform
+    pids = [p.pid for p in cli.processes] + [cli.postgres_pid()]
+    assert len(pids) > len(cli.record["components"])  # the components' workers are counted too
+    down = cli("down")
+    assert down.returncode == 0, output(down)
+    assert "PostgreSQL" in down.stdout
+    assert cli.processes == []
+    assert [
+        pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ] == []
+    for port in (cli.env[AIRFLOW_PORT_VAR], cli.env[MLFLOW_PORT_VAR]):
+        assert not [
+            c
+            for c in psutil.net_connections(kind="inet")
+            if c.laddr.port == int(port) and c.status == psutil.CONN_LISTEN
+        ]
+    assert not (cli.state / "platform.json").exists()
+    assert cli("down").stdout.strip().endswith("nothing was running")
