@@ -38,7 +38,8 @@ def train_on_demand(cfg: PlatformConfig) -> DAG:
             "learning_rate": Param(
                 defaults.learning_rate,
                 type="number",
-                exclusiveMinimum=0,
+                # `minimum`, not `exclusiveMinimum: 0`: the trigger form enforces only the former.
+                minimum=1e-6,
                 maximum=1,
                 title="Learning rate",
                 description="base rate, scaled by the number of ranks",

@@ -96,6 +96,7 @@ class SocketWatch:
     def __init__(self, root_pid: int | None = None, interval: float = 0.2) -> None:
         self.root_pid, self.interval = root_pid or os.getpid(), interval
         self.listeners: set[tuple[str, int, str]] = set()
+        self.listener_pids: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -121,6 +122,7 @@ class SocketWatch:
                 for conn in proc.net_connections(kind="tcp"):
                     if conn.status == psutil.CONN_LISTEN:
                         self.listeners.add((conn.laddr.ip, conn.laddr.port, cmdline))
+                        self.listener_pids.add(proc.pid)
             except (psutil.Error, OSError):  # gone or going while being read
                 continue
 

@@ -56,15 +56,29 @@ def tier(item: pytest.Item) -> str:
 # schedulers, servers and JVM start-ups for much of their time, which the other process
 # fills. Groups are handed out in this order, longest first (measured), so that both
 # processes finish at about the same time; the rest follow in collection order.
+# tests/e2e is two groups, each with a stack of its own: the modules driven by Airflow's
+# scheduler (they share its services), and the others, driven by ``airflow dags test``
+# (they share the nightly's champion); the production profile builds a stack of its own.
 SHARED_STACK_FOLDERS = ("e2e", "faults", "azure", "plugins")
-LONGEST_FIRST = ("e2e", "faults", "azure", "benchmarks/test_bench_tiny.py", "plugins")
+E2E_SCHEDULER_MODULES = {
+    "test_diabetes_workflow.py",
+    "test_scheduling.py",
+    "test_services_loopback.py",
+    "test_task_log_secrets.py",
+}
+E2E_OWN_STACK_MODULES = {"test_production_profile.py"}
+LONGEST_FIRST = ("e2e/scheduler", "e2e", "faults", "azure", "benchmarks/test_bench_tiny.py", "plugins")
 
 
 def schedule_group(nodeid: str) -> str:
     """The group of a test, from its node id (``tests/<folder>/<module>::<name>``)."""
     path = PurePosixPath(nodeid.split("::", 1)[0])
     parts = path.parts[1:] if path.parts[0] == "tests" else path.parts
-    return parts[0] if parts[0] in SHARED_STACK_FOLDERS else "/".join(parts)
+    if parts[0] == "e2e" and path.name in E2E_SCHEDULER_MODULES:
+        return "e2e/scheduler"
+    if parts[0] not in SHARED_STACK_FOLDERS or path.name in E2E_OWN_STACK_MODULES:
+        return "/".join(parts)
+    return parts[0]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import MODEL, postgres_database, run_nightly, service_missing
+from e2e_support import MODEL, postgres_database, register_quick_champion, run_nightly, service_missing
 from local_stack import LocalStack, free_port
 from package_jobs import package_jobs
 
@@ -49,6 +49,20 @@ def champion(stack, mlflow_client):
         return mlflow_client.get_model_version_by_alias(MODEL, "champion")
     except MlflowException:
         run_nightly(stack)
+        return mlflow_client.get_model_version_by_alias(MODEL, "champion")
+
+
+@pytest.fixture(scope="session")
+def scoring_champion(stack, mlflow_client):
+    """A registered champion for tests whose subject is scoring, not training: the nightly's
+    if a test of this process made one, else the CNN briefly trained in-process (seconds,
+    where a nightly takes minutes)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return mlflow_client.get_model_version_by_alias(MODEL, "champion")
+    except MlflowException:
+        register_quick_champion(stack.tracking_uri)
         return mlflow_client.get_model_version_by_alias(MODEL, "champion")
 
 

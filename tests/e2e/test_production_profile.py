@@ -12,12 +12,17 @@ from local_stack import LocalStack, free_port
 
 DAY = "2026-11-10"
 ROWS = 800
+BROKER_DB = 7
 
 
 @pytest.fixture(scope="module")
 def celery_stack(tmp_path_factory):
     if reason := service_missing("PostgreSQL", "Redis"):
         pytest.skip(f"production profile needs {reason}")
+    import redis
+
+    # Messages a killed earlier run left in the broker's database would reach this worker.
+    redis.Redis(host="127.0.0.1", port=6379, db=BROKER_DB).flushdb()
     with postgres_database() as database:
         sql_conn = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}"
         stack = LocalStack(
@@ -27,7 +32,7 @@ def celery_stack(tmp_path_factory):
             extra_env={
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sql_conn,
                 "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-                "AIRFLOW__CELERY__BROKER_URL": "redis://127.0.0.1:6379/7",
+                "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{BROKER_DB}",
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{sql_conn}",
                 "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
             },

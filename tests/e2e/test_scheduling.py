@@ -34,6 +34,12 @@ MARKER_VAR = "E2E_MARKER"  # ditto: set on every process of e2e_spark_kill's job
 
 
 @pytest.fixture(scope="module")
+def champion(scoring_champion):
+    """This module's subject is scheduling: any passed champion will do (see scoring_champion)."""
+    return scoring_champion
+
+
+@pytest.fixture(scope="module")
 def services(airflow_services, champion):
     stack = airflow_services
     stack.generate_drops(DAYS, rows=ROWS, seed=3)

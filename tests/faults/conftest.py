@@ -5,13 +5,11 @@ curated partition that the training and registry tests read."""
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from spark_sessions import local_session
 
 from faults_support import BASE_DS, BASE_ROWS, BASE_SEED, EXPERIMENT, WORKFLOW, JobRunner
 from local_stack import LocalStack, free_port
@@ -83,21 +81,7 @@ def mlflow_client(faults_stack):
 def ingest_spark():
     """A local[2] session configured like the jobs' (reused if the unit tests made one):
     for set-up data and for the bad-file cases, which need no JVM start each."""
-    from spark_jobs.session import build_spark_session
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    # py4j logs at INFO while the interpreter shuts down, after pytest closed the streams.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    return build_spark_session(
-        "faults",
-        master="local[2]",
-        extra_conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.ui.enabled": "false",
-            "spark.pyspark.python": sys.executable,
-        },
-    )
+    return local_session("faults")
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,7 @@
 from __future__ import annotations
 
-import logging
-import os
-import sys
-
 import pytest
+from spark_sessions import local_session
 
 from registry_stores import STORES, registry_store
 
@@ -12,21 +9,7 @@ from registry_stores import STORES, registry_store
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] session for all unit tests, configured like the jobs' own."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    # py4j logs at INFO while the interpreter shuts down, after pytest closed the streams.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    from spark_jobs.session import build_spark_session
-
-    session = build_spark_session(
-        "unit-tests",
-        master="local[2]",
-        extra_conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.ui.enabled": "false",
-            "spark.pyspark.python": sys.executable,
-        },
-    )
+    session = local_session("unit-tests")
     yield session
     session.stop()
 

@@ -198,12 +198,17 @@ def test_a_reader_during_repeated_replacements_sees_each_day_whole(spark, tmp_pa
     versions = {"a": {D1: 40, D2: 40}, "b": {D1: 60, D2: 60}}
     replace_partitions(days_df(spark, "a", versions["a"]), str(root))
     frames = {v: days_df(spark, v, rows) for v, rows in versions.items()}
-    done = threading.Event()
+    done, read_whole = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
     def write_repeatedly():
+        # Each replacement waits for one read to have succeeded since the one before (a
+        # cold JVM reads slower than it replaces: every read could otherwise overlap one
+        # and fail, leaving nothing checked); the reads keep overlapping the replacements.
         try:
             for i in range(6):
+                read_whole.wait(timeout=120)
+                read_whole.clear()
                 replace_partitions(frames["b" if i % 2 == 0 else "a"], str(root))
         except BaseException as err:
             errors.append(err)
@@ -212,13 +217,13 @@ def test_a_reader_during_repeated_replacements_sees_each_day_whole(spark, tmp_pa
 
     writer = threading.Thread(target=write_repeatedly)
     writer.start()
-    answers, moved = [], 0
+    answers = []
     while not done.is_set():
         try:
             answers.append(seen(spark, root, D1, D2))
+            read_whole.set()
         except Exception as err:
             assert "FileNotFound" in str(err) or "FILE_NOT_EXIST" in str(err), err
-            moved += 1
     writer.join()
     assert not errors, errors
     expected = [{ds: {v: n} for ds, n in rows.items()} for v, rows in versions.items()]
