@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 WORKFLOW = "mnist"
+MODEL = "mnist_cnn"
 
 
 def briefly_trained_cnn(ds: str, rows: int = 2000, steps: int = 150, seed: int = 11) -> dict[str, Any]:
@@ -59,3 +60,23 @@ def log_cnn_run(tracking_uri: str, experiment: str, tags: dict[str, str], state_
     finally:
         mlflow.set_tracking_uri(None)
     return run.info.run_id, model_uri
+
+
+def register_quick_champion(tracking_uri: str, rows: int = 2000, steps: int = 150) -> str:
+    """The MNIST workflow's CNN trained briefly in-process (above), logged as the
+    train job logs it, registered and made a passed ``champion``; returns the version. For
+    tests whose subject is not training."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    _, model_uri = log_cnn_run(tracking_uri, MODEL, {}, briefly_trained_cnn("2026-10-01", rows, steps, seed=11))
+    mlflow.set_tracking_uri(tracking_uri)
+    try:
+        info = mlflow.register_model(model_uri, MODEL)
+    finally:
+        mlflow.set_tracking_uri(None)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    version = str(info.version)
+    client.set_model_version_tag(MODEL, version, "validation_status", "passed")
+    client.set_registered_model_alias(MODEL, "champion", version)
+    return version

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
+from quick_models import register_quick_champion
 
-from e2e_support import MODEL, postgres_database, register_quick_champion, run_nightly, service_missing
+from e2e_support import MODEL, postgres_database, run_nightly, service_missing
 from local_stack import LocalStack, free_port
 from package_jobs import package_jobs
 

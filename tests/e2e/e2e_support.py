@@ -10,8 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
 
-from quick_models import briefly_trained_cnn, log_cnn_run
-
 from local_stack import wait_until
 
 WORKFLOW = "mnist"
@@ -96,26 +94,6 @@ def task_log(stack, dag_id: str, run_id: str, task_id: str, try_number: int = 1)
     )
     assert status == 200, body
     return json.dumps(body)
-
-
-def register_quick_champion(tracking_uri: str, rows: int = 2000, steps: int = 150) -> str:
-    """The MNIST workflow's CNN trained briefly in-process (``quick_models``), logged as the
-    train job logs it, registered and made a passed ``champion``; returns the version. For
-    tests whose subject is not training."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    _, model_uri = log_cnn_run(tracking_uri, MODEL, {}, briefly_trained_cnn("2026-10-01", rows, steps, seed=11))
-    mlflow.set_tracking_uri(tracking_uri)
-    try:
-        info = mlflow.register_model(model_uri, MODEL)
-    finally:
-        mlflow.set_tracking_uri(None)
-    client = MlflowClient(tracking_uri=tracking_uri)
-    version = str(info.version)
-    client.set_model_version_tag(MODEL, version, "validation_status", "passed")
-    client.set_registered_model_alias(MODEL, "champion", version)
-    return version
 
 
 LOOPBACK_SERVICES = {"PostgreSQL": 5432, "Redis": 6379}

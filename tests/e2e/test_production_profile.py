@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pyarrow.dataset as pads
 import pytest
+from quick_models import register_quick_champion
 
-from e2e_support import postgres_database, register_quick_champion, service_missing, wait_for
+from e2e_support import postgres_database, service_missing, wait_for
 from local_stack import LocalStack, free_port
 
 DAY = "2026-11-10"
@@ -34,7 +35,11 @@ def celery_stack(tmp_path_factory):
                 "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{BROKER_DB}",
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{sql_conn}",
-                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+                # More slots than this test ever has tasks in flight (the backfill's and the
+                # scheduled run the unpause creates): with all slots busy, this worker on the
+                # Redis broker was seen to stop fetching a queued task until the scheduler's
+                # task_queued_timeout (10 min) re-queued it.
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "4",
             },
         )
         try:

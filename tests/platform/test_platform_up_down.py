@@ -13,13 +13,17 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pyarrow.dataset as pads
 import pytest
 from platform_stack import AIRFLOW_PORT_VAR, DATABASE_URI_VAR, MARKER_VAR, MLFLOW_PORT_VAR, Platform
+from quick_models import register_quick_champion
 
 from local_stack import REPO, free_port, is_loopback, wait_until
 
 SCRIPT = REPO / "scripts" / "platform_stack.py"
 VARIABLE = "platform_test_kept_across_restarts"
+SCORING = "mnist_batch_scoring"
+ROWS = 500
 
 
 class PlatformCli:
@@ -143,6 +147,56 @@ def test_everything_listens_on_loopback_only(platform):
     # PostgreSQL listens on its Unix socket only.
     postgres = psutil.Process(cli.postgres_pid())
     assert [c for c in postgres.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
+
+
+def readme_block(after: str) -> str:
+    """The first ``bash`` block of the README after the paragraph starting with ``after``."""
+    readme = (REPO / "README.md").read_text()
+    rest = readme[readme.index(after) :]
+    return rest.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_backfill_runs_on_the_platform(platform, tmp_path):
+    """The README's backfill commands, exactly as written, in a folder whose ``var`` is this
+    platform's state: each day is scored once, by the champion."""
+    cli, _ = platform
+    days = ["2026-11-01", "2026-11-02", "2026-11-03"]
+    assert f"--from-date {days[0]} --to-date {days[-1]}" in readme_block("**Backfill, one run per day.**")
+    drops = [arg for ds in days for arg in ("--ds", ds)]
+    raw = cli.state / "data" / "raw" / "mnist"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_jobs.sample_data",
+            "--workflow",
+            "mnist",
+            "--rows",
+            str(ROWS),
+            *drops,
+            "--out",
+            str(raw),
+        ],
+        cwd=REPO,
+        check=True,
+    )
+    version = register_quick_champion(cli.record["mlflow_url"])
+    wait_until(lambda: any(d["dag_id"] == SCORING for d in cli.api("GET", "/dags?limit=100")["dags"]), 180, 3)
+    (tmp_path / "var").symlink_to(cli.state)
+    script = readme_block("**Backfill, one run per day.**")
+    ran = subprocess.run(
+        ["bash", "-euc", script], cwd=tmp_path, env=cli.env, capture_output=True, text=True, timeout=300
+    )
+    assert ran.returncode == 0, output(ran)
+    backfill = max(cli.api("GET", f"/backfills?dag_id={SCORING}")["backfills"], key=lambda b: b["id"])
+    wait_until(lambda: cli.api("GET", f"/backfills/{backfill['id']}").get("completed_at"), 900, 5, "backfill done")
+    runs = cli.api("GET", f"/dags/{SCORING}/dagRuns?run_type=backfill&limit=100")["dag_runs"]
+    assert sorted((r["logical_date"][:10], r["state"]) for r in runs) == [(ds, "success") for ds in days]
+    for ds in days:
+        scored = pads.dataset(str(cli.state / "data" / "predictions" / "mnist" / f"ds={ds}"), format="parquet")
+        table = scored.to_table(columns=["row_id", "model_version"])
+        assert table.num_rows == ROWS and len(set(table.column("row_id").to_pylist())) == ROWS
+        assert set(table.column("model_version").to_pylist()) == {version}
 
 
 def test_down_then_up_keeps_the_state(platform):

@@ -7,11 +7,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-import time
 import uuid
 
 import pytest
 
+from local_stack import wait_until
 from spark_jobs.promotion import (
     LOCK_STALE_AFTER_S,
     LOCK_TIMEOUT_S,
@@ -62,10 +62,12 @@ def test_a_waiter_gets_the_lock_once_the_holder_releases_it(registry_client, cap
     with promotion_lock(registry_client, model, **FAST) as holder:
         waiter = threading.Thread(target=wait_for_lock)
         waiter.start()
-        deadline = time.monotonic() + 10
-        while not any("waiting for the promotion lock" in r.getMessage() for r in caplog.records):
-            assert time.monotonic() < deadline, "the second holder never waited"
-            time.sleep(0.05)
+        wait_until(
+            lambda: any("waiting for the promotion lock" in r.getMessage() for r in caplog.records),
+            60,
+            0.05,
+            "the second holder waiting",
+        )
         assert not acquired.is_set() and lock_holder(registry_client, model) == holder
     waiter.join(timeout=30)
     assert not errors and acquired.is_set()
