@@ -4,6 +4,8 @@ success: only Airflow's own configuration differs from the embedded default."""
 
 from __future__ import annotations
 
+import uuid
+
 import pyarrow.dataset as pads
 import pytest
 from quick_models import register_quick_champion
@@ -20,10 +22,6 @@ BROKER_DB = 7
 def celery_stack(tmp_path_factory):
     if reason := service_missing("PostgreSQL", "Redis"):
         pytest.skip(f"production profile needs {reason}")
-    import redis
-
-    # Messages a killed earlier run left in the broker's database would reach this worker.
-    redis.Redis(host="127.0.0.1", port=6379, db=BROKER_DB).flushdb()
     with postgres_database() as database:
         sql_conn = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}"
         stack = LocalStack(
@@ -35,11 +33,10 @@ def celery_stack(tmp_path_factory):
                 "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{BROKER_DB}",
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{sql_conn}",
-                # More slots than this test ever has tasks in flight (the backfill's and the
-                # scheduled run the unpause creates): with all slots busy, this worker on the
-                # Redis broker was seen to stop fetching a queued task until the scheduler's
-                # task_queued_timeout (10 min) re-queued it.
-                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "4",
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+                # A queue of this stack's own: a Celery worker left running by an earlier
+                # (killed) session on the same broker would otherwise take its tasks.
+                "AIRFLOW__OPERATORS__DEFAULT_QUEUE": f"e2e-{uuid.uuid4().hex[:8]}",
             },
         )
         try:
