@@ -23,7 +23,7 @@ test:
 # The unit tier: no server started or reached (see the markers in pytest.ini).
 test-fast:
 	scripts/setup_env.sh --dev
-	.venv/bin/python -m pytest tests -m unit
+	.venv/bin/python -m pytest tests -m unit -n 2 --dist loadgroup
 
 # ruff's lint rules and formatter (pyproject.toml), as `make test` checks them.
 lint:
