@@ -493,27 +493,46 @@ class LocalStack:
         3.3 has no setting for its address, and on one machine the API server reads the
         task logs from the shared log folder anyway.
         """
+        for component in [["api-server"], ["scheduler"], ["dag-processor"], *(extra_components or [])]:
+            self._services.append(self._start_service(component, self.env()))
+        self._wait_for_services(timeout)
+
+    def restart_airflow_service(self, component: str, env: dict[str, str] | None = None, timeout: float = 180) -> None:
+        """Stop one running Airflow component (``scheduler``, ``api-server``, ...) as a
+        deployment restarts it: SIGTERM to its process group (with LocalExecutor, the
+        scheduler's group holds its workers and their tasks), SIGKILL after a grace period;
+        then start it again (with ``env`` added to its environment) and wait until healthy."""
+        (proc,) = [p for p in self._services if p.args[1] == component and p.poll() is None]
+        _stop_group(proc)
+        self._services.remove(proc)
+        if component == "scheduler":
+            # Down until Airflow counts it as gone (its heartbeat older than the health
+            # threshold, 30 s): only then does a new scheduler take over the old one's tasks.
+            wait_until(answers(lambda: self._health()["scheduler"]["status"] == "unhealthy"), timeout, 2)
+        self._services.append(self._start_service([component], {**self.env(), **(env or {})}))
+        self._wait_for_services(timeout)
+
+    def _start_service(self, component: list[str], env: dict[str, str]) -> subprocess.Popen:
         logs = self.airflow_home / "service-logs"
         logs.mkdir(parents=True, exist_ok=True)
-        for component in [["api-server"], ["scheduler"], ["dag-processor"], *(extra_components or [])]:
-            out = open(logs / f"{'-'.join(component)}.log", "ab")
-            options = ["--skip-serve-logs"] if component in SERVE_LOGS_COMPONENTS else []
-            self._services.append(
-                subprocess.Popen(
-                    [str(VENV_BIN / "airflow"), *component, *options],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=self.env(),
-                    start_new_session=True,
-                )
-            )
+        out = open(logs / f"{'-'.join(component)}.log", "ab")
+        options = ["--skip-serve-logs"] if component in SERVE_LOGS_COMPONENTS else []
+        return subprocess.Popen(
+            [str(VENV_BIN / "airflow"), *component, *options],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+    def _wait_for_services(self, timeout: float) -> None:
+        logs = self.airflow_home / "service-logs"
 
         def healthy() -> bool:
             dead = [p.args[1] for p in self._services if p.poll() is not None]
             if dead:
                 raise RuntimeError(f"airflow {dead} exited; see {logs}")
-            with urllib.request.urlopen(f"{self.api_url}/api/v2/monitor/health", timeout=2) as resp:
-                health = json.load(resp)
+            health = self._health()
             return all(health.get(c, {}).get("status") == "healthy" for c in ("scheduler", "dag_processor"))
 
         try:
@@ -521,6 +540,10 @@ class LocalStack:
         except (RuntimeError, TimeoutError):
             self.stop_airflow_services()
             raise
+
+    def _health(self) -> dict:
+        with urllib.request.urlopen(f"{self.api_url}/api/v2/monitor/health", timeout=2) as resp:
+            return json.load(resp)
 
     def service_pids(self) -> list[int]:
         """Process ids of the running services started by this stack (their children not

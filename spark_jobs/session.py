@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import socket
+import threading
+import time
 
 from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+# Set by the Airflow operator on the jobs it submits: ``<host>:<pid>:<start time>`` of the
+# Airflow task process that runs spark-submit (see :func:`watch_submitter`).
+SUBMITTER_VAR = "ML_SPARK_JOB_SUBMITTER"
 
 
 def configure_job_logging() -> None:
@@ -35,4 +46,54 @@ def build_spark_session(
         builder = builder.master(master)
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
+    watch_submitter()
     return builder.getOrCreate()
+
+
+def watch_submitter(interval: float = 2.0) -> threading.Thread | None:
+    """Stop this job when the Airflow task that submitted it is gone.
+
+    A task process SIGKILLed (the out-of-memory killer, a lost node) never runs its
+    ``on_kill``, and its job would go on to log a model or write a partition that the
+    task's retry then writes again. When the driver runs on the submitting machine (local
+    and client deploy modes: ``SUBMITTER_VAR`` names this host) a daemon thread checks
+    every ``interval`` seconds that the task process (pid and start time) still runs; once
+    it does not, it SIGKILLs spark-submit (this driver's parent JVM, whose executors and
+    Python workers end with it) and this process. What a worker left behind regardless (a
+    Horovod rank in a session of its own) is stopped by the retry before it submits.
+    Returns the thread, or None when there is nothing to watch.
+    """
+    host, _, rest = os.environ.get(SUBMITTER_VAR, "").partition(":")
+    if host != socket.gethostname() or not rest:
+        return None
+    try:
+        import psutil
+    except ImportError:
+        log.warning("psutil is not installed: this job does not stop if its Airflow task is lost")
+        return None
+    pid, _, created = rest.partition(":")
+    thread = threading.Thread(
+        target=_watch, args=(psutil, int(pid), float(created), interval), name="watch-submitter", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _watch(psutil, pid: int, created: float, interval: float) -> None:
+    while _runs(psutil, pid, created):
+        time.sleep(interval)
+    log.error("the Airflow task process %d that submitted this job is gone: stopping the job", pid)
+    parent = os.getppid()
+    try:
+        if "org.apache.spark.deploy.SparkSubmit" in psutil.Process(parent).cmdline():
+            os.kill(parent, signal.SIGKILL)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        pass
+    os._exit(1)
+
+
+def _runs(psutil, pid: int, created: float) -> bool:
+    try:
+        return abs(psutil.Process(pid).create_time() - created) < 0.01
+    except psutil.NoSuchProcess:
+        return False

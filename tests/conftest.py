@@ -63,8 +63,10 @@ SHARED_STACK_FOLDERS = ("e2e", "faults", "azure", "plugins")
 E2E_SCHEDULER_MODULES = {
     "test_diabetes_workflow.py",
     "test_scheduling.py",
+    "test_service_restarts.py",
     "test_services_loopback.py",
     "test_task_log_secrets.py",
+    "test_worker_loss.py",
 }
 E2E_OWN_STACK_MODULES = {"test_production_profile.py"}
 LONGEST_FIRST = ("e2e/scheduler", "e2e", "faults", "azure", "benchmarks/test_bench_tiny.py", "plugins")

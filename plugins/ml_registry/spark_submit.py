@@ -1,31 +1,40 @@
-"""SparkSubmitOperator for the ML jobs: the MLflow connection as environment, and no
-orphan processes when the task is killed."""
+"""SparkSubmitOperator for the ML jobs: the MLflow connection as environment, no orphan
+processes when the task is killed, and never two copies of one task's job."""
 
 from __future__ import annotations
 
-import functools
-import os
-import signal
-from collections.abc import Iterable
+import socket
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+
+from ml_registry.job_processes import (
+    attempts_of,
+    job_env,
+    job_key,
+    job_processes,
+    terminate_process_tree,
+    terminate_processes,
+)
 
 if TYPE_CHECKING:
-    import logging
+    from airflow.sdk.definitions.context import Context
 
-    import psutil
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+__all__ = ["MLFLOW_CREDENTIAL_VARS", "MlflowSparkSubmitOperator", "terminate_process_tree"]
 
 # What an MLflow client authenticates with; the tracking URI alone is not a secret.
 MLFLOW_CREDENTIAL_VARS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+
+# Task state (kept across a task's tries) of where the last attempt submitted its job.
+SUBMITTED_ON_KEY = "ml_spark_job_host"
 
 
 class MlflowSparkSubmitOperator(SparkSubmitOperator):
     """Submit a Spark application that talks to MLflow.
 
-    Behaves like :class:`SparkSubmitOperator`, with two differences:
+    Behaves like :class:`SparkSubmitOperator`, with three differences:
 
     - At execute time it reads the MLflow connection and adds ``MLFLOW_TRACKING_URI`` (and
       the basic-auth or token credentials, when the connection has them) to the spark-submit
@@ -35,12 +44,16 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
       ``spark.kubernetes.driverEnv.*`` arguments, i.e. onto the command line: there a
       connection with credentials is refused (give the driver a cluster secret and set
       ``pass_mlflow_credentials=False``, which passes the tracking URI only).
-    - When the driver runs on this machine (``local[*]`` and every client deploy mode),
-      spark-submit starts in its own session, and killing the task terminates the whole
-      process tree: spark-submit's group, then every descendant that moved to a group or
-      session of its own (pyspark workers, Horovod's rank launchers call ``setsid``), with
-      SIGTERM and, after ``kill_grace_period``, SIGKILL. In cluster deploy modes the provider
-      kills the application through the cluster, unchanged.
+    - Every process the job starts on this machine carries the job's identity (task
+      instance and try number, see :mod:`ml_registry.job_processes`). Killing the task
+      terminates all of them, SIGTERM then, after ``kill_grace_period``, SIGKILL: spark-submit,
+      the driver, pyspark workers, Horovod's ranks, also those that moved to a session of
+      their own. In cluster deploy modes the provider also kills the application through
+      the cluster, unchanged.
+    - Before it submits, a retry stops whatever an earlier attempt of the same task left
+      running on this machine (its worker was SIGKILLed, so ``on_kill`` never ran): never
+      two copies of one task's job. In standalone-cluster and Kubernetes deploy modes the
+      provider's ``durable`` mode re-attaches to a driver that is still running instead.
 
     :param mlflow_conn_id: Airflow connection of the MLflow tracking server.
     :param pass_mlflow_credentials: Pass the connection's login/password/token to the job.
@@ -49,6 +62,7 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
     :param kill_grace_period: Seconds between SIGTERM and SIGKILL when the task is killed.
         Airflow's task supervisor escalates to SIGKILL on the task itself after 5 s, so the
         whole clean-up must fit well inside that.
+    :param conn_id: the Spark connection, as for :class:`SparkSubmitOperator`.
     :param kwargs: everything :class:`SparkSubmitOperator` takes.
     """
 
@@ -58,23 +72,55 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         mlflow_conn_id: str = "mlflow_default",
         pass_mlflow_credentials: bool = True,
         kill_grace_period: float = 3.0,
+        conn_id: str = "spark_default",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(conn_id=conn_id, **kwargs)
         self.mlflow_conn_id = mlflow_conn_id
         self.pass_mlflow_credentials = pass_mlflow_credentials
         self.kill_grace_period = kill_grace_period
+        self.spark_conn_id = conn_id
+        self.job_key: str | None = None
+        self.attempt: int | None = None
 
-    def execute(self, context: Any) -> None:
-        # A throw-away hook resolves the master exactly as the provider will; the real one is
-        # created by the provider's execute, after its own conf injection.
-        self.env_vars = {**(self.env_vars or {}), **self.mlflow_env(self._get_hook())}
-        self._hook = None
+    def execute(self, context: Context) -> None:
+        ti = context["ti"]
+        self.job_key = job_key(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+        self.attempt = ti.try_number
+        self.stop_earlier_attempts(context)
+        self.env_vars = {**(self.env_vars or {}), **self.mlflow_env(), **job_env(self.job_key, self.attempt)}
         return super().execute(context)
 
-    def mlflow_env(self, hook: SparkSubmitHook) -> dict[str, str]:
+    def stop_earlier_attempts(self, context: Context) -> None:
+        """Stop what earlier attempts of this task left running here; warn when the last
+        one submitted from another machine, where this attempt cannot look."""
+        store = context.get("task_state_store")
+        here = socket.gethostname()
+        if store is not None:
+            earlier = store.get(SUBMITTED_ON_KEY)
+            if isinstance(earlier, dict) and earlier.get("host") not in (None, here):
+                self.log.warning(
+                    "Attempt %s of this task submitted its job on %s, not here (%s): if that worker "
+                    "was lost, processes of its job may still run there.",
+                    earlier.get("attempt"),
+                    earlier.get("host"),
+                    here,
+                )
+            store.set(SUBMITTED_ON_KEY, {"host": here, "attempt": self.attempt})
+        left = job_processes(self.job_key)
+        if not left:
+            return
+        self.log.warning(
+            "Attempt(s) %s of this task left %d processes of its job running (the worker was lost "
+            "before it could stop them); stopping them before this attempt submits.",
+            ", ".join(attempts_of(left)),
+            len(left),
+        )
+        terminate_processes(left, grace_period=self.kill_grace_period, log=self.log, what="the earlier attempt's job")
+
+    def mlflow_env(self) -> dict[str, str]:
         """The MLflow variables for the job; credentials are masked in task logs, and refused
-        where ``hook`` would put environment variables on the spark-submit command line."""
+        where environment variables would reach the spark-submit command line."""
         from airflow.sdk.log import mask_secret
 
         from ml_registry.hooks import MlflowRegistryHook
@@ -90,7 +136,7 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         if not self.pass_mlflow_credentials:
             env = {k: v for k, v in env.items() if k not in MLFLOW_CREDENTIAL_VARS}
         credentials = sorted(set(env) & set(MLFLOW_CREDENTIAL_VARS))
-        if credentials and _env_vars_reach_command_line(hook):
+        if credentials and env_vars_reach_command_line(self.spark_conn_id):
             raise AirflowFailException(
                 f"MLflow connection {self.mlflow_conn_id!r} has credentials ({', '.join(credentials)}), "
                 "but on a YARN or Kubernetes master spark-submit passes environment variables as "
@@ -103,80 +149,26 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
             )
         return env
 
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        if _driver_runs_here(hook):
-            # Its own session: the task's process group does not contain the job, and the job's
-            # processes can be told apart from the worker's when the task is killed.
-            hook.submit = functools.partial(hook.submit, start_new_session=True)
-        return hook
-
     def on_kill(self) -> None:
-        hook = self._hook
-        if hook is not None and hook._submit_sp is not None and _driver_runs_here(hook):
-            terminate_process_tree(hook._submit_sp.pid, grace_period=self.kill_grace_period, log=self.log)
+        if self.job_key is not None:
+            terminate_processes(
+                job_processes(self.job_key, self.attempt),
+                grace_period=self.kill_grace_period,
+                log=self.log,
+                what=f"spark-submit of {self.job_key} (attempt {self.attempt})",
+            )
         # Locally there is nothing left for the provider to kill; it still runs the
         # post-submit commands and, in cluster modes, kills the application on the cluster.
         super().on_kill()
 
 
-def _driver_runs_here(hook: SparkSubmitHook) -> bool:
-    return hook._connection["deploy_mode"] != "cluster"
-
-
-def _env_vars_reach_command_line(hook: SparkSubmitHook) -> bool:
-    return bool(hook._is_yarn or hook._is_kubernetes)
-
-
-def terminate_process_tree(root_pid: int, *, grace_period: float, log: logging.Logger) -> list[int]:
-    """SIGTERM, then SIGKILL after ``grace_period``, a process, its descendants and their groups.
-
-    The tree is read before any signal is sent: once a parent dies its children are
-    re-parented and can no longer be found from ``root_pid``. Besides each process, every
-    process group in the tree is signalled, which also reaches members that were not
-    (yet) visible as descendants. The caller's own group is never signalled.
-    Returns the pids that were found.
-    """
-    import psutil
-
+def env_vars_reach_command_line(spark_conn_id: str) -> bool:
+    """Whether spark-submit puts ``env_vars`` on its command line for this connection: on a
+    YARN or Kubernetes master. The provider builds the master URL from the connection's type
+    and host, and falls back to YARN when the connection does not exist."""
     try:
-        root = psutil.Process(root_pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-    own_group = os.getpgrp()
-    groups = {pgid for pgid in (_pgid(p) for p in procs) if pgid is not None and pgid != own_group}
-    log.info("Terminating spark-submit %d: %d processes in %d process groups", root_pid, len(procs), len(groups))
-    _signal_all(procs, groups, signal.SIGTERM)
-    _, alive = psutil.wait_procs(procs, timeout=grace_period)
-    if alive:
-        log.warning(
-            "Killing %d processes still alive after %.1f s: %s", len(alive), grace_period, [p.pid for p in alive]
-        )
-    # The groups get SIGKILL in any case: it also reaches a process that joined one during
-    # the grace period (a pyspark worker being forked).
-    _signal_all(alive, groups, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=1)
-    return [p.pid for p in procs]
-
-
-def _pgid(proc: psutil.Process) -> int | None:
-    try:
-        return os.getpgid(proc.pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
-def _signal_all(procs: Iterable[psutil.Process], groups: Iterable[int], sig: signal.Signals) -> None:
-    import psutil
-
-    for pgid in groups:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for proc in procs:
-        try:
-            proc.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass
+        conn = BaseHook.get_connection(spark_conn_id)
+    except AirflowNotFoundException:
+        return True
+    master = f"{conn.conn_type or ''}://{conn.host or ''}"
+    return "yarn" in master or "k8s" in master

@@ -36,10 +36,13 @@ def wait_for(predicate, timeout: float, interval: float = 5, what: str = "condit
 def backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str, timeout: float = 900) -> dict[str, str]:
     """``airflow backfill create`` for dag_id's runs of first_ds..last_ds (logical dates);
     waits for the backfill to complete and asserts that each of its days has a run and that
-    every run succeeded; returns {run_id: state}.
+    every run succeeded; returns {run_id: state}."""
+    backfill_id = create_backfill(stack, dag_id, first_ds, last_ds, *extra)
+    return completed_backfill(stack, dag_id, backfill_id, first_ds, last_ds, timeout)
 
-    The runs are picked by logical date: Airflow's run listing does not name the backfill
-    a run belongs to, and a reprocessed run keeps its run id."""
+
+def create_backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str) -> int:
+    """``airflow backfill create`` for dag_id's runs of first_ds..last_ds; returns its id."""
     created = stack.airflow(
         "backfill",
         "create",
@@ -57,7 +60,15 @@ def backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str, timeo
     )
     assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
     _, listing = stack.api("GET", f"/backfills?dag_id={dag_id}&limit=100")
-    backfill_id = max(b["id"] for b in listing["backfills"])
+    return max(b["id"] for b in listing["backfills"])
+
+
+def completed_backfill(
+    stack, dag_id: str, backfill_id: int, first_ds: str, last_ds: str, timeout: float = 900
+) -> dict[str, str]:
+    """Waits for the backfill to complete; asserts one run per day, all successful; returns
+    {run_id: state}. The runs are picked by logical date: Airflow's run listing does not
+    name the backfill a run belongs to, and a reprocessed run keeps its run id."""
     wait_for(lambda: stack.api("GET", f"/backfills/{backfill_id}")[1].get("completed_at"), timeout, 5, "backfill done")
     _, runs = stack.api("GET", f"/dags/{dag_id}/dagRuns?limit=100&run_type=backfill")
     mine = [r for r in runs["dag_runs"] if first_ds <= r["logical_date"][:10] <= last_ds]

@@ -31,10 +31,10 @@ TREE = textwrap.dedent(
 )
 
 
-def start_tree(marker: str) -> subprocess.Popen:
+def start_tree(marker: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     root = subprocess.Popen(
         [sys.executable, "-c", TREE, "0", TREE],
-        env={**os.environ, MARKER_VAR: marker},
+        env={**os.environ, **(env or {}), MARKER_VAR: marker},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
     )
@@ -66,3 +66,34 @@ def test_a_process_that_is_already_gone_is_not_an_error():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert terminate_process_tree(proc.pid, grace_period=0.1, log=logging.getLogger(__name__)) == []
+
+
+def test_a_retry_stops_what_an_earlier_attempt_left_running(capfd):
+    """A worker SIGKILLed mid-job leaves its job running (``on_kill`` never ran). The next
+    attempt of the same task finds every process of it by the job's identity, whatever
+    became of their parent, and stops them before it submits; another task's job stays."""
+    from types import SimpleNamespace
+
+    from ml_registry.job_processes import job_env, job_key, job_processes
+    from ml_registry.spark_submit import MlflowSparkSubmitOperator
+
+    run_id = f"manual__{new_marker()}"
+    key, other = job_key("d", "train_model", run_id), job_key("d", "score_partition", run_id)
+    left = start_tree(new_marker(), job_env(key, 1))
+    unrelated = start_tree(new_marker(), job_env(other, 1))
+    try:
+        assert len(job_processes(key)) == 3 and len(job_processes(other)) == 3
+        left.kill()  # the tree's root gone too: its children are re-parented, found all the same
+        left.wait(5)
+
+        operator = MlflowSparkSubmitOperator(task_id="train_model", application="job.py")
+        operator.job_key, operator.attempt = key, 2
+        operator.stop_earlier_attempts({"ti": SimpleNamespace()})
+        assert describe(job_processes(key)) == []
+        assert len(job_processes(other)) == 3
+        out = capfd.readouterr()
+        assert "Attempt(s) 1 of this task left 2 processes" in out.out + out.err, out
+    finally:
+        for proc in job_processes(key) + job_processes(other):
+            proc.kill()
+        unrelated.wait(5)

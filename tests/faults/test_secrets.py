@@ -198,10 +198,10 @@ def test_credentials_are_refused_where_env_vars_become_command_line_conf(monkeyp
     with pytest.raises(
         AirflowFailException, match="MLflow connection 'mlflow_remote' has credentials.*pass_mlflow_credentials=False"
     ):
-        refusing.mlflow_env(refusing._get_hook())
+        refusing.mlflow_env()
 
     uri_only = operator(pass_mlflow_credentials=False)
-    env = uri_only.mlflow_env(uri_only._get_hook())
+    env = uri_only.mlflow_env()
     assert env == {"MLFLOW_TRACKING_URI": "https://mlflow.example.com"}
     uri_only.env_vars = env
     command = uri_only._get_hook()._build_spark_submit_command("job.py")

@@ -21,6 +21,7 @@ import signal
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -86,16 +87,26 @@ def train_operator(faults_stack, ds: str, scenario: str, attempt: int, marker: s
 
 
 class Attempt:
-    """``execute`` in a thread, as the task's main code; the test plays Airflow around it."""
+    """``execute`` in a thread, as the task's main code; the test plays Airflow around it
+    (the context holds what the operator reads of the task instance)."""
 
-    def __init__(self, operator) -> None:
+    def __init__(self, operator, scenario: str, try_number: int) -> None:
         self.operator, self.error = operator, None
+        self.context = {
+            "ti": SimpleNamespace(
+                dag_id="faults",
+                task_id=operator.task_id,
+                run_id=f"faults__{scenario}",
+                map_index=-1,
+                try_number=try_number,
+            )
+        }
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         try:
-            self.operator.execute({})
+            self.operator.execute(self.context)
         except BaseException as err:  # noqa: BLE001 - the outcome is what the test inspects
             self.error = err
 
@@ -118,7 +129,7 @@ def training(faults_stack, base_partition, operator_env, mlflow_client):
 
     # 1. the task killed while the ranks train
     marker = new_marker()
-    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 1, marker))
+    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 1, marker), scenario, 1)
     # Both ranks running: the kill lands while they train, not while they start.
     rank_process(marker, "0")
     rank_process(marker, "1")
@@ -136,7 +147,7 @@ def training(faults_stack, base_partition, operator_env, mlflow_client):
     # (Gloo's default is 30 s); 10 s only shortens the wait.
     marker = new_marker()
     gloo_timeout = {"HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}
-    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 2, marker, gloo_timeout))
+    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 2, marker, gloo_timeout), scenario, 2)
     rank_process(marker, "0")
     rank = rank_process(marker, "1")
     rank.send_signal(signal.SIGKILL)
@@ -148,7 +159,7 @@ def training(faults_stack, base_partition, operator_env, mlflow_client):
 
     # 3. the retry
     marker = new_marker()
-    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 3, marker))
+    attempt = Attempt(train_operator(faults_stack, base_partition, scenario, 3, marker), scenario, 3)
     attempt.join()
     seen["retry_error"] = attempt.error
     seen["retry_orphans"] = wait_for_no_orphans(marker, timeout=30)

@@ -1,0 +1,156 @@
+"""The local processes of one task's Spark job, found by the job's identity.
+
+Every process a Spark task starts on this machine (spark-submit, the Python driver, the
+pyspark daemon and workers, Horovod's rank launchers and ranks) inherits two variables
+from spark-submit's environment:
+
+- ``ML_SPARK_JOB``: the task instance the job belongs to, ``<dag_id>/<task_id>/<run_id>/<map_index>``;
+- ``ML_SPARK_JOB_ATTEMPT``: the task's try number that submitted it.
+
+So a job is found whole, whatever became of its parent: re-parented after the Airflow
+task process was SIGKILLed, or moved to a session of its own (Horovod calls ``setsid``).
+The operator kills its own attempt's processes when Airflow kills the task, and a retry
+stops whatever an earlier attempt of the same task left running before it submits again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import logging
+
+    import psutil
+
+JOB_VAR = "ML_SPARK_JOB"
+ATTEMPT_VAR = "ML_SPARK_JOB_ATTEMPT"
+# Read by the jobs (``spark_jobs.session.SUBMITTER_VAR``): the task process that submitted
+# the job, ``<host>:<pid>:<start time>``; the job stops itself once that process is gone.
+SUBMITTER_VAR = "ML_SPARK_JOB_SUBMITTER"
+
+
+def job_key(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+    """The identity of one task instance's job, the same in every attempt."""
+    return f"{dag_id}/{task_id}/{run_id}/{map_index}"
+
+
+def job_env(key: str, attempt: int) -> dict[str, str]:
+    """The variables that mark every process of the job of ``key``'s attempt ``attempt``
+    submitted from this process."""
+    import psutil
+
+    submitter = f"{socket.gethostname()}:{os.getpid()}:{psutil.Process().create_time()!r}"
+    return {JOB_VAR: key, ATTEMPT_VAR: str(attempt), SUBMITTER_VAR: submitter}
+
+
+def job_processes(key: str, attempt: int | None = None) -> list[psutil.Process]:
+    """Live processes of the job ``key`` (only those of ``attempt``, when given), this one
+    excluded. Processes of other users, and zombies, are skipped."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            env = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if env.get(JOB_VAR) == key and (attempt is None or env.get(ATTEMPT_VAR) == str(attempt)):
+            found.append(proc)
+    return found
+
+
+def attempts_of(procs: Iterable[psutil.Process]) -> list[str]:
+    """The attempts (try numbers) the processes belong to, sorted."""
+    import psutil
+
+    attempts = set()
+    for proc in procs:
+        try:
+            attempts.add(proc.environ().get(ATTEMPT_VAR, "?"))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return sorted(attempts)
+
+
+def terminate_process_tree(root_pid: int, *, grace_period: float, log: logging.Logger) -> list[int]:
+    """SIGTERM, then SIGKILL after ``grace_period``, a process, its descendants and their groups.
+
+    The tree is read before any signal is sent: once a parent dies its children are
+    re-parented and can no longer be found from ``root_pid``. Returns the pids found.
+    """
+    import psutil
+
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    return terminate_processes(procs, grace_period=grace_period, log=log, what=f"spark-submit {root_pid}")
+
+
+def terminate_processes(
+    procs: list[psutil.Process], *, grace_period: float, log: logging.Logger, what: str
+) -> list[int]:
+    """SIGTERM, then SIGKILL after ``grace_period``, the processes, their descendants and
+    every process group among them but the caller's own (a group also reaches a member
+    that was not yet visible, such as a pyspark worker being forked). Returns the pids found."""
+    import psutil
+
+    procs = _with_descendants(procs)
+    if not procs:
+        return []
+    own_group = os.getpgrp()
+    groups = {pgid for pgid in (_pgid(p) for p in procs) if pgid is not None and pgid != own_group}
+    log.info("Terminating %s: %d processes in %d process groups", what, len(procs), len(groups))
+    _signal_all(procs, groups, signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=grace_period)
+    if alive:
+        log.warning(
+            "Killing %d processes still alive after %.1f s: %s", len(alive), grace_period, [p.pid for p in alive]
+        )
+    # The groups get SIGKILL in any case: it also reaches a process that joined one during
+    # the grace period.
+    _signal_all(alive, groups, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=1)
+    return [p.pid for p in procs]
+
+
+def _with_descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    import psutil
+
+    seen: dict[int, psutil.Process] = {}
+    for proc in procs:
+        try:
+            for member in (proc, *proc.children(recursive=True)):
+                seen.setdefault(member.pid, member)
+        except psutil.NoSuchProcess:
+            continue
+    return list(seen.values())
+
+
+def _pgid(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def _signal_all(procs: Iterable[psutil.Process], groups: Iterable[int], sig: signal.Signals) -> None:
+    import psutil
+
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass

@@ -1,0 +1,63 @@
+"""The operator's reading of the Spark connection and its use of the provider, held to
+the installed provider: a provider upgrade that changes either fails here, not silently
+in a deployment (credentials on a command line, a kill or a retry that stops nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+CONNECTIONS = {
+    "local": {"conn_type": "spark", "host": "local[2]"},
+    "standalone": {"conn_type": "spark", "host": "spark://master", "port": 7077},
+    "standalone-cluster": {"conn_type": "spark", "host": "spark://master:7077", "extra": {"deploy-mode": "cluster"}},
+    "yarn": {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster", "queue": "ml"}},
+    "yarn-client": {"conn_type": "spark", "host": "yarn"},
+    "kubernetes": {"conn_type": "spark", "host": "k8s://https://api:6443", "extra": {"deploy-mode": "cluster"}},
+    "kubernetes-uri": {"conn_type": "k8s", "host": "https://api", "port": 6443},
+}
+
+
+@pytest.mark.parametrize("name", [*CONNECTIONS, "missing"])
+def test_env_vars_reach_the_command_line_exactly_where_the_provider_puts_them_there(monkeypatch, name):
+    from airflow.providers.apache.spark.hooks import spark_submit as spark_submit_hook
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.sdk.exceptions import AirflowException
+
+    from ml_registry.spark_submit import env_vars_reach_command_line
+
+    # Building a hook for a k8s:// master needs only the module attribute, not a cluster.
+    monkeypatch.setattr(spark_submit_hook, "kube_client", SimpleNamespace(), raising=False)
+    if name != "missing":
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps(CONNECTIONS[name]))
+    hook = SparkSubmitHook(conn_id="spark_under_test", env_vars={"PROBE": "value"})
+    try:
+        command = " ".join(hook._build_spark_submit_command("job.py"))
+    except AirflowException as refused:  # standalone-cluster mode: no env_vars at all
+        assert "env_vars is not supported" in str(refused)
+        command = ""
+    assert env_vars_reach_command_line("spark_under_test") == ("PROBE=value" in command), command
+
+
+def test_env_vars_reach_spark_submits_environment_on_a_local_master(monkeypatch, tmp_path):
+    """The job's identity reaches its processes through ``env_vars``: the provider must pass
+    them to spark-submit as its environment. A stand-in spark-submit records what it got."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    seen = tmp_path / "env.json"
+    fake = tmp_path / "bin" / "spark-submit"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        f"json.dump({{'env': dict(os.environ), 'argv': sys.argv}}, open({str(seen)!r}, 'w'))\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps(CONNECTIONS["local"]))
+    SparkSubmitHook(conn_id="spark_under_test", env_vars={"ML_SPARK_JOB": "d/t/r/-1"}).submit("job.py")
+    got = json.loads(seen.read_text())
+    assert got["env"]["ML_SPARK_JOB"] == "d/t/r/-1"
+    assert not any("ML_SPARK_JOB" in arg for arg in got["argv"])
