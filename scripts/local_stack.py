@@ -18,6 +18,7 @@ the Azure deployment (landing zone, MLflow artifacts and checkpoints on blob sto
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
 import json
 import os
@@ -497,19 +498,25 @@ class LocalStack:
             self._services.append(self._start_service(component, self.env()))
         self._wait_for_services(timeout)
 
-    def restart_airflow_service(self, component: str, env: dict[str, str] | None = None, timeout: float = 180) -> None:
-        """Stop one running Airflow component (``scheduler``, ``api-server``, ...) as a
-        deployment restarts it: SIGTERM to its process group (with LocalExecutor, the
-        scheduler's group holds its workers and their tasks), SIGKILL after a grace period;
-        then start it again (with ``env`` added to its environment) and wait until healthy."""
+    def restart_airflow_service(self, component: str, *, crash: bool = False, timeout: float = 180) -> None:
+        """Restart one running Airflow component (``scheduler``, ``api-server``, ...): stop
+        its process group (with LocalExecutor, the scheduler's group holds its workers and
+        their running tasks) with SIGTERM and, after a grace period, SIGKILL; or, with
+        ``crash``, SIGKILL at once (a lost node, an out-of-memory kill of the container).
+        Then start it again and wait until the services are healthy."""
         (proc,) = [p for p in self._services if p.args[1] == component and p.poll() is None]
-        _stop_group(proc)
+        if crash:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(15)
+        else:
+            _stop_group(proc)
         self._services.remove(proc)
         if component == "scheduler":
             # Down until Airflow counts it as gone (its heartbeat older than the health
             # threshold, 30 s): only then does a new scheduler take over the old one's tasks.
             wait_until(answers(lambda: self._health()["scheduler"]["status"] == "unhealthy"), timeout, 2)
-        self._services.append(self._start_service([component], {**self.env(), **(env or {})}))
+        self._services.append(self._start_service([component], self.env()))
         self._wait_for_services(timeout)
 
     def _start_service(self, component: list[str], env: dict[str, str]) -> subprocess.Popen:
