@@ -3,8 +3,10 @@
 Starts an MLflow tracking server on 127.0.0.1 (SQLite store, local artifacts), prepares
 the SQLite Airflow metadata DB under var/airflow, writes the sample raw drops the run
 needs (unless they exist), runs ``airflow dags test <workflow>_nightly_retrain <date>``
-with spark-submit on local[2], and prints the registered version, its held-out metric and
-the scored partition. ``--workflow all`` runs every declared workflow's nightly in turn.
+with spark-submit on local[2] (one line per task as it ends, with its state and seconds;
+Airflow's whole output goes to a file under var/logs/), and prints
+the registered version, its held-out metric and the scored partition. ``--workflow all``
+runs every declared workflow's nightly in turn.
 
     scripts/run_nightly.py [--workflow mnist|diabetes|all] [--date YYYY-MM-DD] [--rows N] [--keep-mlflow]
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dags"))
 
-from local_stack import REPO, LocalStack  # noqa: E402
+from local_stack import REPO, VENV_BIN, LocalStack  # noqa: E402
 from ml_platform.config import PlatformConfig, load_config  # noqa: E402
 from ml_platform.workflows import declared  # noqa: E402
 
@@ -47,6 +51,50 @@ def summarize(stack: LocalStack, workflow: str, ds: str) -> dict:
         "scored_rows": scored.num_rows,
         "scored_versions": sorted(set(scored.column("model_version").to_pylist())),
     }
+
+
+# What ``airflow dags test`` logs around each task it runs.
+TASK_STARTS = re.compile(r"\[DAG TEST\] starting task_id=(\S+)")
+TASK_ENDS = re.compile(r"\[DAG TEST\] end task task_id=(\S+)")
+TASK_STATE = (
+    "SELECT state FROM task_instance WHERE dag_id = :dag AND task_id = :task AND run_id = "
+    "(SELECT run_id FROM dag_run WHERE dag_id = :dag ORDER BY id DESC LIMIT 1)"
+)
+
+
+def dags_test_with_progress(stack: LocalStack, dag_id: str, logical_date: str, log_path: Path) -> int:
+    """``airflow dags test``, its whole output written to ``log_path``; prints one line per
+    task as it ends: its name, state (read from the metadata DB) and seconds. Returns the
+    exit code."""
+    import sqlalchemy
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sqlalchemy.create_engine(stack.env()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    started: dict[str, float] = {}
+    try:
+        with (
+            open(log_path, "w", encoding="utf-8") as log,
+            subprocess.Popen(
+                [str(VENV_BIN / "airflow"), "dags", "test", dag_id, logical_date],
+                env=stack.env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+            ) as proc,
+        ):
+            for line in proc.stdout:
+                log.write(line)
+                if match := TASK_STARTS.search(line):
+                    started[match[1]] = time.monotonic()
+                elif (match := TASK_ENDS.search(line)) and match[1] in started:
+                    seconds = time.monotonic() - started.pop(match[1])
+                    with engine.connect() as conn:
+                        state = conn.execute(sqlalchemy.text(TASK_STATE), {"dag": dag_id, "task": match[1]}).scalar()
+                    print(f"[nightly]   {match[1]:<20} {state or 'none':<12} {seconds:6.1f} s", flush=True)
+    finally:
+        engine.dispose()
+    return proc.returncode
 
 
 def main() -> int:
@@ -76,10 +124,12 @@ def main() -> int:
         for workflow in workflows:
             dag_id = f"{workflow}_nightly_retrain"
             started = time.monotonic()
-            result = stack.dags_test(dag_id, args.date, check=False)
-            if result.returncode != 0:
-                print(f"[nightly] {dag_id} failed (exit {result.returncode}); task logs: {stack.airflow_home / 'logs'}")
-                return result.returncode
+            log_path = REPO / "var" / "logs" / f"{dag_id}-{args.date}.log"
+            print(f"[nightly] {dag_id} for {args.date} (partition {ds}); Airflow's output: {log_path}")
+            returncode = dags_test_with_progress(stack, dag_id, args.date, log_path)
+            if returncode != 0:
+                print(f"[nightly] {dag_id} failed (exit {returncode}); see {log_path}")
+                return returncode
             summary = summarize(stack, workflow, ds)
             summary["wall_seconds"] = round(time.monotonic() - started, 1)
             print("[nightly] " + json.dumps(summary, indent=2))
