@@ -56,20 +56,22 @@ def tier(item: pytest.Item) -> str:
 # schedulers, servers and JVM start-ups for much of their time, which the other process
 # fills. Groups are handed out in this order, longest first (measured), so that both
 # processes finish at about the same time; the rest follow in collection order.
-# tests/e2e is two groups, each with a stack of its own: the modules driven by Airflow's
-# scheduler (they share its services), and the others, driven by ``airflow dags test``
-# (they share the nightly's champion); the production profile builds a stack of its own.
+# tests/e2e is three groups, each with a stack of its own: the modules driven by Airflow's
+# scheduler (they share its services), the lost-task and restart modules (services of
+# their own), and the others, driven by ``airflow dags test`` (they share the nightly's
+# champion); the production profile builds a stack of its own.
 SHARED_STACK_FOLDERS = ("e2e", "faults", "azure", "plugins")
 E2E_SCHEDULER_MODULES = {
     "test_diabetes_workflow.py",
     "test_scheduling.py",
-    "test_service_restarts.py",
     "test_services_loopback.py",
     "test_task_log_secrets.py",
-    "test_worker_loss.py",
 }
+# Lost tasks and restarted services: scheduler-driven too, on services of their own (the
+# other process builds them), so that neither process waits on all the schedulers' tests.
+E2E_LOSS_MODULES = {"test_service_restarts.py", "test_worker_loss.py"}
 E2E_OWN_STACK_MODULES = {"test_production_profile.py"}
-LONGEST_FIRST = ("e2e/scheduler", "e2e", "faults", "azure", "benchmarks/test_bench_tiny.py", "plugins")
+LONGEST_FIRST = ("e2e/scheduler", "e2e", "e2e/loss", "faults", "azure", "benchmarks/test_bench_tiny.py", "plugins")
 
 
 def schedule_group(nodeid: str) -> str:
@@ -78,6 +80,8 @@ def schedule_group(nodeid: str) -> str:
     parts = path.parts[1:] if path.parts[0] == "tests" else path.parts
     if parts[0] == "e2e" and path.name in E2E_SCHEDULER_MODULES:
         return "e2e/scheduler"
+    if parts[0] == "e2e" and path.name in E2E_LOSS_MODULES:
+        return "e2e/loss"
     if parts[0] not in SHARED_STACK_FOLDERS or path.name in E2E_OWN_STACK_MODULES:
         return "/".join(parts)
     return parts[0]
