@@ -63,6 +63,18 @@ if [[ "${reqs[0]}" == requirements-dev.txt ]]; then
             echo "[setup] WARNING: npm not found: tests/azure will be skipped (install Node.js, rerun)" >&2
         fi
     fi
+    # The browser tests (tests/platform) drive Debian's Chromium through Playwright, which
+    # cannot download a browser of its own here.
+    if [[ ! -x /usr/bin/chromium ]]; then
+        if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+            echo "[setup] installing Debian's chromium for the browser tests (about a minute)"
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+                >/tmp/setup-chromium.log 2>&1 \
+                || echo "[setup] WARNING: apt-get could not install chromium (see /tmp/setup-chromium.log): the browser tests will be skipped" >&2
+        else
+            echo "[setup] WARNING: no /usr/bin/chromium and no root apt-get: the browser tests will be skipped (apt-get install chromium)" >&2
+        fi
+    fi
 fi
 
 "$PY" scripts/package_jobs.py

@@ -10,6 +10,11 @@ mlops-stacks' validate -> challenger -> champion flow).
 
 Re-running for the same training run reuses the version it registered instead of adding one.
 
+The candidate's held-out predictions also go through MLflow's own evaluator, logged to the
+training run (``holdout_*`` metrics; a classifier's confusion matrix and per-class
+precision and recall; sample predictions): what a reviewer reads beside the training
+curves (:mod:`spark_jobs.tracking`).
+
 The steps, in order (``main`` wires them): evaluate, register, compare, tag, alias,
 promote, manifest.
 """
@@ -25,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_jobs import workflows
+from spark_jobs import tracking, workflows
 from spark_jobs.dataset import filter_holdout_rows
 from spark_jobs.inference import evaluate, with_predictions
 from spark_jobs.partitions import parse_ds, read_partitions
@@ -345,13 +350,25 @@ def main(argv: list[str] | None = None) -> None:
             args.holdout_pct,
             args.split_seed,
         ).cache()
-        value, holdout_rows = evaluate_model(holdout_df, trained["model_uri"], workflow)
+        # Cached: the metric and the evaluator's sample read the same predictions.
+        predicted_df = with_predictions(holdout_df, trained["model_uri"], workflow).cache()
+        value, holdout_rows = evaluate(predicted_df, workflow)
         if holdout_rows == 0:
             raise ValueError(f"no held-out rows for {args.start_ds}..{args.end_ds}")
         log.info("candidate %s: held-out %s %.4f on %d rows", trained["model_uri"], metric.name, value, holdout_rows)
 
         client = MlflowClient()
         client.log_metric(trained["run_id"], holdout_tag(metric.name), value)
+        evaluated = tracking.log_holdout_evaluation(
+            predicted_df,
+            workflow,
+            trained["run_id"],
+            curated_root=args.curated_root,
+            start_ds=args.start_ds,
+            end_ds=args.end_ds,
+        )
+        predicted_df.unpersist()
+        log.info("MLflow evaluation of the held-out rows, logged to run %s: %s", trained["run_id"], evaluated)
         version = find_or_register_version(
             client,
             args.model_name,

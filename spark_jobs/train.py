@@ -9,9 +9,15 @@ rank), then starts N ranks on Spark executors with one of two backends:
 
 Both run the same per-rank loop (:mod:`spark_jobs.training.loop`) on the model, loss and
 training defaults the workflow declares (``--workflow``; ``--epochs`` etc. override its
-defaults). Rank 0 logs per-epoch metrics to the MLflow run as it goes; the driver logs the
-model (tensor signature, input example, the workflow in its metadata) only after every rank
-has finished, so a failed rank never leaves a partial model behind.
+defaults). The window's held-out rows (:mod:`spark_jobs.dataset`), which no rank trains on,
+are the validation rows: evaluated after every epoch, they give the validation curve that
+ends at the held-out metric the register job gates on (the same rows and weights; nothing
+is chosen by them, no early stopping). Rank 0 logs per-epoch training and validation
+metrics to the MLflow run as it goes; the driver logs the model (tensor signature, input
+example, the workflow in its metadata) only after every rank has finished, so a failed
+rank never leaves a partial model behind. The run is named after the DAG run and window
+that made it, with the training and validation rows as its datasets
+(:mod:`spark_jobs.tracking`).
 
 With ``--checkpoint-dir`` (any fsspec URL: a local path, ``abfs://container/path`` through
 adlfs, ...) rank 0 also writes a checkpoint after every epoch, and a restarted job (an
@@ -29,8 +35,8 @@ import logging
 import sys
 from dataclasses import asdict
 
-from spark_jobs import workflows
-from spark_jobs.dataset import filter_training_rows
+from spark_jobs import tracking, workflows
+from spark_jobs.dataset import filter_holdout_rows, filter_training_rows
 from spark_jobs.partitions import parse_ds, read_partitions
 from spark_jobs.session import build_spark_session, configure_job_logging
 from spark_jobs.storage import delete_path, write_json
@@ -73,7 +79,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, help=f"per rank ({training})")
     parser.add_argument("--momentum", type=float, help=training)
     parser.add_argument("--num-ranks", type=int, default=0, help="0: one per Spark slot")
-    parser.add_argument("--holdout-pct", type=int, default=20)
+    parser.add_argument(
+        "--holdout-pct", type=int, default=20, help="share of the window (%%) held out: validation, then registration"
+    )
     parser.add_argument("--split-seed", type=int, default=7)
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument(
@@ -88,8 +96,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     configure_job_logging()
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    import mlflow
-
     spark = build_spark_session(f"train {args.workflow.name} {args.start_ds}..{args.end_ds}")
     try:
         num_ranks = args.num_ranks or spark.sparkContext.defaultParallelism
@@ -104,32 +110,43 @@ def main(argv: list[str] | None = None) -> None:
             checkpoint_dir=args.checkpoint_dir,
         )
         window_df = read_partitions(spark, args.curated_root, args.start_ds, args.end_ds)
-        train_df = filter_training_rows(window_df, args.holdout_pct, args.split_seed)
-        shard_dir = f"{args.work_dir.rstrip('/')}/shards"
-        shard_files = write_training_shards(train_df, shard_dir, num_ranks)
-        train_rows = spark.read.parquet(shard_dir).count()
+        datasets = {
+            "training": filter_training_rows(window_df, args.holdout_pct, args.split_seed),
+            "validation": filter_holdout_rows(window_df, args.holdout_pct, args.split_seed),
+        }
+        work_dir = args.work_dir.rstrip("/")
+        shards = {
+            context: write_training_shards(df, f"{work_dir}/{context}", num_ranks) for context, df in datasets.items()
+        }
+        rows = {context: spark.read.parquet(f"{work_dir}/{context}").count() for context in datasets}
+        train_rows = rows["training"]
         if train_rows == 0:
             raise ValueError(f"no training rows in {args.curated_root} for {args.start_ds}..{args.end_ds}")
+        if rows["validation"] == 0:
+            log.warning("no held-out rows in the window: no val_* metrics")
         log.info(
-            "training %s on %d rows in %d files with %d ranks (%s)",
+            "training %s on %d rows (validation %d) in %d files with %d ranks (%s)",
             args.workflow.name,
             train_rows,
-            len(shard_files),
+            rows["validation"],
+            len(shards["training"]),
             num_ranks,
             args.backend,
         )
 
-        mlflow.set_experiment(args.experiment_name)
+        tracking.set_up_experiment(args.experiment_name)
         try:
-            run, rank0, model_uri = train_and_log(spark, args, config, train_df, shard_files, num_ranks, train_rows)
+            run, rank0, model_uri = train_and_log(spark, args, config, datasets, shards, num_ranks, rows)
         finally:
-            delete_path(spark, shard_dir)
+            for context in datasets:
+                delete_path(spark, f"{work_dir}/{context}")
         manifest = {
             "run_id": run.info.run_id,
             "model_uri": model_uri,
             "workflow": args.workflow.name,
             "backend": args.backend,
             "train_rows": train_rows,
+            "validation_rows": rows["validation"],
             "num_ranks": num_ranks,
             "resumed_from_epoch": rank0["resumed_from_epoch"],
             "final_metrics": rank0["history"][-1],
@@ -167,13 +184,27 @@ def close_abandoned_runs(experiment_id: str, tags: dict[str, str]) -> list[str]:
     return closed
 
 
-def train_and_log(spark, args, config, train_df, shard_files, num_ranks, train_rows):
-    """One MLflow run: params, distributed training (metrics from rank 0), then the model."""
+def train_and_log(spark, args, config, datasets, shards, num_ranks, rows):
+    """One MLflow run, named after the DAG run and window: params, the training and
+    validation rows as datasets, distributed training (metrics from rank 0), then the model."""
     import mlflow
 
     tags = dict(args.tag)
     close_abandoned_runs(mlflow.get_experiment_by_name(args.experiment_name).experiment_id, tags)
-    with mlflow.start_run(tags=tags) as run:
+    name = args.workflow.name
+    description = tracking.run_description(
+        name,
+        args.start_ds,
+        args.end_ds,
+        tags,
+        curated_root=args.curated_root,
+        rows=rows,
+        backend=args.backend,
+        num_ranks=num_ranks,
+        epochs=config.epochs,
+    )
+    run_name = tracking.run_name(name, args.start_ds, args.end_ds, tags)
+    with mlflow.start_run(run_name=run_name, tags=tags, description=description) as run:
         mlflow.log_params(
             {
                 **asdict(config),
@@ -181,13 +212,24 @@ def train_and_log(spark, args, config, train_df, shard_files, num_ranks, train_r
                 "backend": args.backend,
                 "data_start_ds": args.start_ds,
                 "data_end_ds": args.end_ds,
-                "train_rows": train_rows,
+                "train_rows": rows["training"],
+                "validation_rows": rows["validation"],
                 "holdout_pct": args.holdout_pct,
                 "split_seed": args.split_seed,
             }
         )
-        rank0 = run_ranks(args.backend, spark, config, shard_files, num_ranks, run.info.run_id)
-        model_uri = log_trained_model(args.workflow, rank0["state_dict"], train_df)
+        tracking.log_training_data(
+            datasets,
+            rows,
+            workflow=name,
+            curated_root=args.curated_root,
+            start_ds=args.start_ds,
+            end_ds=args.end_ds,
+        )
+        rank0 = run_ranks(
+            args.backend, spark, config, shards["training"], num_ranks, run.info.run_id, shards["validation"]
+        )
+        model_uri = log_trained_model(args.workflow, rank0["state_dict"], datasets["training"])
     if config.checkpoint_dir:
         removed = Checkpoints(config.checkpoint_dir).remove_all()
         log.info("model logged; removed the checkpoints of epochs %s from %s", removed, config.checkpoint_dir)

@@ -47,27 +47,39 @@ def rank_environment(environ: Mapping[str, str], checkpoint_dir: str | None) -> 
     return {k: v for k, v in environ.items() if k in RANK_ENV_NAMES or k.startswith(prefixes)}
 
 
-def horovod_rank(config: TrainConfig, shard_files: list[str], mlflow_run_id: str | None) -> dict:
+def horovod_rank(
+    config: TrainConfig, shard_files: list[str], mlflow_run_id: str | None, validation_files: list[str] = ()
+) -> dict:
     """Entry of one Horovod rank."""
     collective = HorovodCollective()
     try:
-        return train_rank(collective, config, shard_files, mlflow_run_id)
+        return train_rank(collective, config, shard_files, mlflow_run_id, validation_files)
     finally:
         collective.close()
 
 
-def torch_distributor_rank(config_fields: dict[str, Any], shard_files: list[str], mlflow_run_id: str | None) -> dict:
+def torch_distributor_rank(
+    config_fields: dict[str, Any],
+    shard_files: list[str],
+    mlflow_run_id: str | None,
+    validation_files: list[str] = (),
+) -> dict:
     """Entry of one torchrun process. Takes the config as a plain dict: the arguments are
     unpickled before this package is importable (see :func:`_torchrun_entry`)."""
     collective = TorchCollective()
     try:
-        return train_rank(collective, TrainConfig(**config_fields), shard_files, mlflow_run_id)
+        return train_rank(collective, TrainConfig(**config_fields), shard_files, mlflow_run_id, validation_files)
     finally:
         collective.close()
 
 
 def run_horovod(
-    spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str | None
+    spark: SparkSession,
+    config: TrainConfig,
+    shard_files: list[str],
+    num_ranks: int,
+    run_id: str | None,
+    validation_files: list[str] = (),
 ) -> dict:
     """Ranks as Spark tasks through ``horovod.spark.run`` (on loopback when Spark is, see
     :mod:`spark_jobs.horovod_launch`); returns rank 0's result."""
@@ -76,7 +88,7 @@ def run_horovod(
     results = horovod_launch.run(
         spark,
         horovod_rank,
-        args=(config, shard_files, run_id),
+        args=(config, shard_files, run_id, list(validation_files)),
         num_proc=num_ranks,
         env=rank_environment(os.environ, config.checkpoint_dir),
     )
@@ -101,7 +113,9 @@ def _torchrun_entry(archives: list[str], environment: dict[str, str]) -> Callabl
     entry point.
     """
 
-    def run_rank(config_fields: dict[str, Any], shard_files: list[str], mlflow_run_id: str | None) -> dict:
+    def run_rank(
+        config_fields: dict[str, Any], shard_files: list[str], mlflow_run_id: str | None, validation_files: list[str]
+    ) -> dict:
         import os
         import sys
 
@@ -114,13 +128,18 @@ def _torchrun_entry(archives: list[str], environment: dict[str, str]) -> Callabl
         os.environ.update(environment)
         from spark_jobs.training.launch import torch_distributor_rank
 
-        return torch_distributor_rank(config_fields, shard_files, mlflow_run_id)
+        return torch_distributor_rank(config_fields, shard_files, mlflow_run_id, validation_files)
 
     return run_rank
 
 
 def run_torch_distributor(
-    spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str
+    spark: SparkSession,
+    config: TrainConfig,
+    shard_files: list[str],
+    num_ranks: int,
+    run_id: str,
+    validation_files: list[str] = (),
 ) -> dict:
     """Ranks as torchrun processes inside Spark barrier tasks; returns rank 0's result
     (TorchDistributor returns only that). GPUs when Spark assigns them to tasks."""
@@ -129,12 +148,21 @@ def run_torch_distributor(
     use_gpu = float(spark.conf.get("spark.task.resource.gpu.amount", "0") or 0) > 0
     rank_env = rank_environment(os.environ, config.checkpoint_dir)
     distributor = TorchDistributor(num_processes=num_ranks, local_mode=False, use_gpu=use_gpu)
-    return distributor.run(_torchrun_entry(_job_archives(spark), rank_env), asdict(config), shard_files, run_id)
+    return distributor.run(
+        _torchrun_entry(_job_archives(spark), rank_env), asdict(config), shard_files, run_id, list(validation_files)
+    )
 
 
 def run_ranks(
-    backend: str, spark: SparkSession, config: TrainConfig, shard_files: list[str], num_ranks: int, run_id: str
+    backend: str,
+    spark: SparkSession,
+    config: TrainConfig,
+    shard_files: list[str],
+    num_ranks: int,
+    run_id: str,
+    validation_files: list[str] = (),
 ) -> dict:
-    """Train with the chosen backend; rank 0's result (history and weights)."""
+    """Train with the chosen backend (the validation files evaluated after each epoch);
+    rank 0's result (history and weights)."""
     launchers = {"horovod": run_horovod, "torch_distributor": run_torch_distributor}
-    return launchers[backend](spark, config, shard_files, num_ranks, run_id)
+    return launchers[backend](spark, config, shard_files, num_ranks, run_id, validation_files)

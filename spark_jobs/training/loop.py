@@ -12,6 +12,11 @@ losses:
   ``train_loss`` (the MSE, in the label's units squared) and ``train_rmse``. The loss is
   not rescaled: a regressor whose output is in the label's units declares a learning rate
   to match (diabetes: 1e-5 for a spread of about 77).
+
+After each epoch the ranks evaluate the validation rows (the window's held-out rows, which
+no rank trains on, see :mod:`spark_jobs.train`), each its own files of them, and all-reduce
+the sums: ``val_loss`` and ``val_accuracy`` / ``val_rmse`` beside the training metrics, the
+same value on every rank, logged by rank 0 with ``step=epoch``.
 """
 
 from __future__ import annotations
@@ -83,12 +88,13 @@ class Objective:
         """What the metric counts in a batch (correct predictions), 0 if nothing."""
         return 0
 
-    def metrics(self, loss_sum: float, hits: float, seen: float) -> dict[str, float]:
+    def metrics(self, loss_sum: float, hits: float, seen: float, prefix: str = "train") -> dict[str, float]:
+        """``<prefix>_loss`` and ``<prefix>_<metric>`` over ``seen`` rows."""
         raise NotImplementedError
 
 
 class NllObjective(Objective):
-    metric = "train_accuracy"
+    metric = "accuracy"
 
     def loss(self, output, target):
         import torch.nn.functional as F
@@ -98,26 +104,54 @@ class NllObjective(Objective):
     def hits(self, output, target):
         return int((output.argmax(dim=1) == target).sum())
 
-    def metrics(self, loss_sum, hits, seen):
-        return {"train_loss": loss_sum / seen, self.metric: hits / seen}
+    def metrics(self, loss_sum, hits, seen, prefix="train"):
+        return {f"{prefix}_loss": loss_sum / seen, f"{prefix}_{self.metric}": hits / seen}
 
 
 class MseObjective(Objective):
-    metric = "train_rmse"
+    metric = "rmse"
 
     def loss(self, output, target):
         import torch.nn.functional as F
 
         return F.mse_loss(output.reshape(-1), target)
 
-    def metrics(self, loss_sum, hits, seen):
-        return {"train_loss": loss_sum / seen, self.metric: math.sqrt(loss_sum / seen)}
+    def metrics(self, loss_sum, hits, seen, prefix="train"):
+        return {f"{prefix}_loss": loss_sum / seen, f"{prefix}_{self.metric}": math.sqrt(loss_sum / seen)}
 
 
 OBJECTIVES: dict[str, type[Objective]] = {"nll": NllObjective, "mse": MseObjective}
 
 
-def train_rank(collective: Collective, config: TrainConfig, shard_files: list[str], mlflow_run_id: str | None) -> dict:
+def evaluate_rows(
+    net: torch.nn.Module, objective: Objective, features: torch.Tensor, labels: torch.Tensor, batch_size: int
+) -> tuple[float, int, int]:
+    """(loss sum, hits, rows) of ``net`` over these rows, in eval mode and without gradients.
+
+    Called on the bare module, not the backend's wrapper: DistributedDataParallel's forward
+    may synchronise buffers with the other ranks, which evaluate a different number of rows.
+    """
+    import torch
+
+    net.eval()
+    loss_sum, hits = 0.0, 0
+    with torch.no_grad():
+        for first in range(0, len(labels), batch_size):
+            output = net(features[first : first + batch_size])
+            target = labels[first : first + batch_size]
+            loss_sum += objective.loss(output, target).item() * len(target)
+            hits += objective.hits(output, target)
+    net.train()
+    return loss_sum, hits, len(labels)
+
+
+def train_rank(
+    collective: Collective,
+    config: TrainConfig,
+    shard_files: list[str],
+    mlflow_run_id: str | None,
+    validation_files: list[str] = (),
+) -> dict:
     """Body of one rank, the same for every backend.
 
     Returns the rank's row count, the per-epoch history (identical on every rank: it is
@@ -144,6 +178,9 @@ def train_rank(collective: Collective, config: TrainConfig, shard_files: list[st
     # torch wants a writable array; the decoded column is a read-only view of Arrow's buffer.
     x_all = torch.from_numpy(np.array(features)).to(device)
     y_all = torch.from_numpy(labels).to(device)
+    val_features, val_labels = read_rank_shard(list(validation_files)[rank::size], workflow)
+    x_val = torch.from_numpy(np.array(val_features)).to(device)
+    y_val = torch.from_numpy(val_labels).to(device)
     # Every rank must run the same number of steps or an all-reduce would wait forever.
     steps = collective.allreduce_min(math.ceil(len(labels) / config.batch_size))
     if steps == 0:
@@ -174,8 +211,9 @@ def train_rank(collective: Collective, config: TrainConfig, shard_files: list[st
     generator = torch.Generator().manual_seed(config.seed + rank)
     for _ in range(start_epoch):  # the shuffles of the epochs done, as an unbroken run drew them
         torch.randperm(len(labels), generator=generator)
-    started = time.perf_counter()
+    training_seconds = 0.0
     for epoch in range(start_epoch + 1, config.epochs + 1):
+        epoch_started = time.perf_counter()
         model.train()
         order = torch.randperm(len(labels), generator=generator).to(device)
         loss_sum, hits, seen = 0.0, 0, 0
@@ -189,11 +227,15 @@ def train_rank(collective: Collective, config: TrainConfig, shard_files: list[st
             loss_sum += loss.item() * len(idx)
             hits += objective.hits(output, y_all[idx])
             seen += len(idx)
-        total_loss, total_hits, total_seen = collective.allreduce_sum([loss_sum, hits, seen])
-        metrics = {
-            **objective.metrics(total_loss, total_hits, total_seen),
-            "samples_per_second": total_seen * (epoch - start_epoch) / (time.perf_counter() - started),
-        }
+        training_seconds += time.perf_counter() - epoch_started  # throughput without the validation pass
+        val_sums = evaluate_rows(net, objective, x_val, y_val, max(config.batch_size, 256))
+        total_loss, total_hits, total_seen, val_loss, val_hits, val_seen = collective.allreduce_sum(
+            [loss_sum, hits, seen, *val_sums]
+        )
+        metrics = objective.metrics(total_loss, total_hits, total_seen)
+        if val_seen:
+            metrics.update(objective.metrics(val_loss, val_hits, val_seen, prefix="val"))
+        metrics["samples_per_second"] = total_seen * (epoch - start_epoch) / training_seconds
         history.append({"epoch": epoch, **metrics})
         if client is not None:
             for key, value in metrics.items():

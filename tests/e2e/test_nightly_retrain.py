@@ -68,6 +68,34 @@ def test_training_ran_two_horovod_ranks_and_logged_each_epoch(nightly_runs, mlfl
     assert history[-1].value < history[0].value
 
 
+def test_the_training_run_shows_a_reviewer_its_curves_evaluation_and_data(nightly_runs, mlflow_client):
+    """What the MLflow UI shows of the champion's training run: named after the DAG run and
+    window that made it, validation beside training curves per epoch, MLflow's held-out
+    evaluation (confusion matrix, per-class metrics, sample predictions) and its datasets."""
+    champion = nightly_runs["first"]["champion"]
+    run = mlflow_client.get_run(champion.run_id)
+    tags = run.data.tags
+    assert run.info.run_name == f"{DAG_ID}/{tags['airflow_run_id']} {tags_window(champion)}"
+    assert f"run `{tags['airflow_run_id']}`" in tags["mlflow.note.content"]
+    epochs = list(range(1, int(run.data.params["epochs"]) + 1))
+    for metric in ("train_loss", "val_loss", "train_accuracy", "val_accuracy"):
+        assert [m.step for m in mlflow_client.get_metric_history(run.info.run_id, metric)] == epochs, metric
+    artifacts = {a.path for a in mlflow_client.list_artifacts(run.info.run_id)}
+    assert {"holdout_confusion_matrix.png", "per_class_metrics.csv", "holdout_sample_predictions.json"} <= artifacts
+    assert run.data.metrics["holdout_accuracy_score"] == pytest.approx(
+        float(champion.tags["holdout_accuracy"]), abs=1e-6
+    )
+    contexts = {t.value for i in run.inputs.dataset_inputs for t in i.tags if t.key == "mlflow.data.context"}
+    assert {"training", "validation"} <= contexts
+    experiment = mlflow_client.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def tags_window(version) -> str:
+    start, end = version.tags["data_start_ds"], version.tags["data_end_ds"]
+    return start if start == end else f"{start}..{end}"
+
+
 def test_rerun_for_the_same_day_adds_a_version_but_no_rows(nightly_runs):
     first, second = nightly_runs["first"], nightly_runs["second"]
     assert second["curated_rows"] == first["curated_rows"] == ROWS

@@ -7,7 +7,11 @@ Each backend must give the same outputs for each workflow: a manifest naming the
 and the workflow, an MLflow run with its params and per-epoch metrics from rank 0 (the
 workflow's metric: accuracy for MNIST, RMSE for diabetes), and a model with the workflow's
 tensor signature that loads and predicts; and, once the model is logged, no checkpoint
-left behind.
+left behind. What a reviewer reads in MLflow is checked on the same runs: validation curves
+(the held-out rows) beside the training ones, the run's name and description naming the
+DAG run and window, the training data as the run's datasets, the experiment's kind; and,
+after the register job ran on one run per workflow, MLflow's held-out evaluation on the
+training run.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -33,9 +38,12 @@ ROWS = 600
 # Diabetes epochs are cheap (a 10-32-16-1 MLP); enough of them to see its RMSE fall.
 EPOCHS = {"mnist": 2, "diabetes": 6}
 METRIC = {"mnist": "train_accuracy", "diabetes": "train_rmse"}
+VAL_METRIC = {"mnist": "val_accuracy", "diabetes": "val_rmse"}
 WORKFLOWS = tuple(EPOCHS)
 BACKENDS = ("torch_distributor", "horovod")
 SUBMIT_TIMEOUT_S = 300
+# The DAG run the tests' training runs say they come from (the DAGs pass these tags).
+DAG_ID, DAG_RUN_ID = "mnist_nightly_retrain", "scheduled__2026-11-29T02:00:00+00:00"
 
 
 def write_curated(curated_root: Path, workflow: str, ds: str, rows: int) -> None:
@@ -84,6 +92,7 @@ def submit_training(stack: dict, workflow: str, backend: str) -> tuple[subproces
         epochs=EPOCHS[workflow],
         num_ranks=2,
         checkpoint_dir=work / "checkpoints",
+        tags=(f"airflow_dag_id={DAG_ID}", f"airflow_run_id={DAG_RUN_ID}"),
     ).argv()
     started = time.monotonic()
     proc = stack["stack"].spark_submit("train", args, archive=stack["archive"], cwd=work, timeout=SUBMIT_TIMEOUT_S)
@@ -135,11 +144,11 @@ def test_backend_trains_and_logs_a_run_with_the_workflows_metrics(training_stack
     assert float(run.data.params["learning_rate"]) == defaults.learning_rate
     assert int(run.data.params["batch_size"]) == defaults.batch_size
     assert int(run.data.params["epochs"]) == EPOCHS[workflow]  # given: overrides the default
-    for metric in ("train_loss", METRIC[workflow], "samples_per_second"):
+    for metric in ("train_loss", METRIC[workflow], "val_loss", VAL_METRIC[workflow], "samples_per_second"):
         history = client.get_metric_history(run.info.run_id, metric)
         assert sorted(m.step for m in history) == list(range(1, EPOCHS[workflow] + 1)), metric
-    other = {"mnist": "train_rmse", "diabetes": "train_accuracy"}[workflow]
-    assert client.get_metric_history(run.info.run_id, other) == []
+    for other in {"mnist": ("train_rmse", "val_rmse"), "diabetes": ("train_accuracy", "val_accuracy")}[workflow]:
+        assert client.get_metric_history(run.info.run_id, other) == [], other
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -227,3 +236,173 @@ def test_a_finished_run_leaves_no_checkpoint_to_resume_from(training_stack, trai
     assert not checkpoint_dir.exists()
     # Not vacuous: rank 0 did checkpoint; the driver removed them after logging the model.
     assert f"removed the checkpoints of epochs [{EPOCHS[workflow]}]" in proc.stdout + proc.stderr
+
+
+def submit_registration(stack: dict, workflow: str, manifest_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """spark-submit the register entry point on a training run, as the DAG's task does
+    (without promotion: the held-out evaluation is what is looked at here)."""
+    output = manifest_path.parent / "register.json"
+    args = [
+        "--workflow",
+        workflow,
+        "--train-manifest",
+        str(manifest_path),
+        "--output-manifest",
+        str(output),
+        "--curated-root",
+        str(stack["root"] / "curated" / workflow),
+        "--start-ds",
+        DS,
+        "--end-ds",
+        DS,
+        "--model-name",
+        f"train-backends-{workflow}",
+        "--logical-time",
+        "2026-11-29T02:00:00+00:00",
+        "--airflow-run-id",
+        DAG_RUN_ID,
+        "--no-promote",
+    ]
+    proc = stack["stack"].spark_submit(
+        "register", args, archive=stack["archive"], cwd=manifest_path.parent, timeout=SUBMIT_TIMEOUT_S
+    )
+    return proc, output
+
+
+@pytest.fixture(scope="module")
+def registered(training_stack, trained):
+    """``registered(workflow)``: the register job's manifest for that workflow's Horovod run."""
+    done: dict[str, dict] = {}
+
+    def run(workflow: str) -> dict:
+        if workflow not in done:
+            trained(workflow, "horovod")
+            manifest_path = work_dir(training_stack, workflow, "horovod") / "train.json"
+            proc, output = submit_registration(training_stack, workflow, manifest_path)
+            assert proc.returncode == 0, (
+                f"{workflow} registration failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+            )
+            done[workflow] = json.loads(output.read_text())
+        return done[workflow]
+
+    return run
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_run_is_named_and_described_after_the_dag_run_and_window(training_stack, trained, workflow, backend):
+    from mlflow import MlflowClient
+
+    _, manifest = trained(workflow, backend)
+    run = MlflowClient(tracking_uri=training_stack["tracking_uri"]).get_run(manifest["run_id"])
+    assert run.info.run_name == f"{DAG_ID}/{DAG_RUN_ID} {DS}"
+    description = run.data.tags["mlflow.note.content"]
+    assert f"`{DAG_ID}`, run `{DAG_RUN_ID}`" in description
+    assert f"window {DS}" in description
+    assert (
+        f"{manifest['train_rows']:,} training rows, {manifest['validation_rows']:,} held-out validation rows"
+        in description
+    )
+    assert f"{backend} ranks" in description
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+def test_the_held_out_rows_are_evaluated_every_epoch(training_stack, trained, workflow):
+    """The validation rows are the window's held-out rows (every row is trained on or held
+    out, never both); their curve is logged per epoch and moves with the weights."""
+    from mlflow import MlflowClient
+
+    _, manifest = trained(workflow, "horovod")
+    client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
+    params = client.get_run(manifest["run_id"]).data.params
+    assert manifest["train_rows"] + manifest["validation_rows"] == ROWS
+    assert 0.1 * ROWS <= manifest["validation_rows"] <= 0.3 * ROWS  # --holdout-pct 20
+    assert int(params["validation_rows"]) == manifest["validation_rows"]
+    curve = metric_values(client, manifest["run_id"], VAL_METRIC[workflow])
+    assert len(curve) == EPOCHS[workflow] and curve[0] != curve[-1], curve
+    assert manifest["final_metrics"][VAL_METRIC[workflow]] == curve[-1]
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+def test_the_training_data_is_the_runs_dataset(training_stack, trained, workflow):
+    from mlflow import MlflowClient
+
+    _, manifest = trained(workflow, "torch_distributor")
+    client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
+    inputs = client.get_run(manifest["run_id"]).inputs.dataset_inputs
+    by_context = {
+        next(t.value for t in i.tags if t.key == "mlflow.data.context"): (i.dataset, {t.key: t.value for t in i.tags})
+        for i in inputs
+    }
+    assert set(by_context) == {"training", "validation"}
+    for context, rows in (("training", manifest["train_rows"]), ("validation", manifest["validation_rows"])):
+        dataset, tags = by_context[context]
+        assert dataset.name == f"{workflow} curated {DS} {context}"
+        assert json.loads(dataset.source) == {"path": str(training_stack["root"] / "curated" / workflow)}
+        assert json.loads(dataset.profile) == {"num_rows": rows, "start_ds": DS, "end_ds": DS}
+        assert (tags["start_ds"], tags["end_ds"]) == (DS, DS)
+
+
+def test_the_experiment_opens_on_model_training_views(training_stack, trained):
+    """MLflow's UI reads the experiment kind from this tag: "custom_model_development" is its
+    "Machine learning" kind (runs and model metrics), not the GenAI traces view."""
+    from mlflow import MlflowClient
+
+    _, manifest = trained("mnist", "horovod")
+    client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
+    experiment = client.get_experiment(client.get_run(manifest["run_id"]).info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_the_register_job_logs_mlflows_evaluation_of_a_classifier_to_the_training_run(
+    training_stack, registered, tmp_path
+):
+    import mlflow.artifacts
+    from mlflow import MlflowClient
+
+    registration = registered("mnist")
+    client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
+    run = client.get_run(registration["run_id"])
+    assert run.info.status == "FINISHED"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"holdout_confusion_matrix.png", "per_class_metrics.csv", "holdout_sample_predictions.json"} <= artifacts
+    metrics = run.data.metrics
+    # The evaluator's accuracy is the gate's: the same predictions of the same held-out rows.
+    assert (
+        metrics["holdout_example_count"]
+        == registration["holdout_rows"]
+        == int(run.data.tags["holdout_evaluation_rows"])
+    )
+    assert metrics["holdout_accuracy_score"] == pytest.approx(registration["holdout_value"], abs=1e-9)
+    assert {"holdout_f1_score", "holdout_precision_score", "holdout_recall_score"} <= set(metrics)
+    # The validation curve ends where the gate's number is: the same rows, the same weights.
+    assert metric_values(client, run.info.run_id, "val_accuracy")[-1] == pytest.approx(registration["holdout_value"])
+
+    folder = Path(
+        mlflow.artifacts.download_artifacts(
+            run_id=run.info.run_id, dst_path=str(tmp_path), tracking_uri=training_stack["tracking_uri"]
+        )
+    )
+    assert (folder / "holdout_confusion_matrix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    per_class = pd.read_csv(folder / "per_class_metrics.csv")
+    assert sorted(per_class["positive_class"]) == list(range(10))
+    assert {"precision", "recall"} <= {c.removesuffix("_score") for c in per_class.columns}
+    sample = json.loads((folder / "holdout_sample_predictions.json").read_text())
+    assert {"row_id", "label", "prediction", "prob_0", "prob_9"} <= set(sample["columns"])
+    assert 0 < len(sample["data"]) <= 50
+
+
+def test_the_register_job_logs_mlflows_evaluation_of_a_regressor_to_the_training_run(training_stack, registered):
+    from mlflow import MlflowClient
+
+    registration = registered("diabetes")
+    client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
+    run = client.get_run(registration["run_id"])
+    metrics = run.data.metrics
+    assert metrics["holdout_root_mean_squared_error"] == pytest.approx(registration["holdout_value"], rel=1e-6)
+    assert {"holdout_mean_absolute_error", "holdout_r2_score"} <= set(metrics)
+    val_rmse = metric_values(client, run.info.run_id, "val_rmse")[-1]
+    assert val_rmse == pytest.approx(registration["holdout_value"], rel=1e-4)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert "holdout_sample_predictions.json" in artifacts
+    assert "holdout_confusion_matrix.png" not in artifacts  # a value, not classes

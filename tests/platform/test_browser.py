@@ -1,0 +1,314 @@
+"""The platform's UIs in a real browser: Playwright driving Debian's Chromium, headless,
+against the Airflow and MLflow that ``make up`` starts (``scripts/platform_stack.py`` on a
+state folder and free ports of this module's own; one platform for the module).
+
+What a person sees: the DAG list and each DAG's description; the trigger form of
+``mnist_train_on_demand`` with every Param's title, description, default and allowed
+values, refusing an out-of-range value; a run triggered from that form; and in MLflow, the
+experiment opening on its training runs and the run page with the loss and validation
+curves and the confusion matrix. Every test saves its screenshots as PNG files under
+``var/screenshots/<test>/`` (printed as they are written).
+
+MLflow 3.17's UI shows an experiment in its GenAI or its model-training view by a setting
+of the browser (the "GenAI | Model training" switch, remembered in local storage, GenAI on a
+first visit), which a link selects with ``workflowType=machine_learning``; the experiment's
+own kind (tag ``mlflow.experimentKind``, set by the train job) is model training too.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from platform_support import PlatformCli, output
+
+import package_jobs
+from local_stack import REPO, wait_until
+from spark_jobs import workflows
+from spark_jobs.sample_data import make_rows
+from spark_jobs.schema import curated_arrow_table, partition_path
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = REPO / "var" / "screenshots"
+ON_DEMAND = "mnist_train_on_demand"
+MODEL = "mnist_cnn"
+DS = "2026-11-28"
+ROWS = 1500
+# What the form is filled with for the run it triggers: small, quick, no promotion.
+TYPED = {"epochs": "3", "window_days": "1", "end_ds": DS}
+RUN_TIMEOUT_S = 900
+UI_TIMEOUT_MS = 60_000
+# MLflow links that open the model-training view (see the module docstring).
+ML_VIEW = "workflowType=machine_learning"
+# MLflow's assistant panel opens by itself on a first visit to a local server and covers a
+# third of the page: the browser is told it has been shown (MLflow's local-storage key).
+ASSISTANT_SHOWN = "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true')"
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    """The platform, up, with its own job archive (of the code under test) and one curated
+    MNIST partition to train on."""
+    cli = PlatformCli(tmp_path_factory.mktemp("browser-platform"))
+    cli.env["ML_JOBS_ARCHIVE"] = str(package_jobs.package_jobs(cli.state / "spark_jobs.zip"))
+    wf = workflows.load("mnist")
+    labels, features = make_rows(wf, DS, ROWS)
+    partition = Path(partition_path(cli.state / "data" / "curated" / "mnist", DS))
+    partition.mkdir(parents=True)
+    pq.write_table(curated_arrow_table(wf, np.arange(ROWS), labels, features), partition / "part-00000.parquet")
+    up = cli("up")
+    try:
+        assert up.returncode == 0, output(up)
+        wait_until(lambda: cli.api("GET", "/dags?limit=100")["total_entries"] >= 10, 180, 3, "the DAGs parsed")
+        yield cli
+    finally:
+        cli("down")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"{CHROMIUM} is missing: scripts/setup_env.sh --dev installs Debian's chromium with apt-get "
+            "(it could not here: no root, no apt-get or no package index; see /tmp/setup-chromium.log)"
+        )
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in requirements-dev.txt")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def new_page(browser):
+    """A page in a fresh context: no cookies, no local storage but the assistant's (a first visit)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(ASSISTANT_SHOWN)
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    return page
+
+
+@pytest.fixture
+def page(browser):
+    page = new_page(browser)
+    yield page
+    page.context.close()
+
+
+@pytest.fixture
+def screenshot(request):
+    """``screenshot(page, name)``: ``var/screenshots/<test>/<name>.png``, its path printed."""
+    folder = SCREENSHOTS / request.node.name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+
+    def take(page, name: str, **options) -> Path:
+        path = folder / f"{name}.png"
+        page.screenshot(path=str(path), **options)
+        print(f"[screenshot] {path}")
+        return path
+
+    return take
+
+
+def expect(target):
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(target)
+
+
+def open_trigger_form(page, airflow_url: str):
+    page.goto(f"{airflow_url}/dags/{ON_DEMAND}")
+    page.get_by_role("button", name="Trigger Dag").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text("Run Parameters")).to_be_visible()
+    return dialog
+
+
+def test_the_dag_list_shows_every_dag_and_each_dags_description(platform, page, screenshot):
+    """Airflow 3.3's DAG list (cards or table) has no description column: the list shows
+    every DAG, and each DAG's Details tab its description; its docs open from the DAG page."""
+    url = platform.record["airflow_url"]
+    dags = platform.api("GET", "/dags?limit=100")["dags"]
+    assert len(dags) == 10 and all(d["description"] for d in dags), [(d["dag_id"], d["description"]) for d in dags]
+    page.goto(f"{url}/dags")
+    page.get_by_label("Show table view").click()
+    expect(page.get_by_text(f"{len(dags)} Dags")).to_be_visible()
+    for dag in dags:
+        expect(page.get_by_role("link", name=dag["dag_id"], exact=True)).to_be_visible()
+    screenshot(page, "dag-list", full_page=True)
+
+    for dag in dags:
+        page.goto(f"{url}/dags/{dag['dag_id']}/details")
+        expect(page.get_by_role("cell", name=dag["description"], exact=True)).to_be_visible()
+        if dag["dag_id"] == ON_DEMAND:
+            screenshot(page, "dag-details")
+    page.get_by_role("button", name="Dag Docs").click()
+    expect(
+        page.get_by_role("dialog").get_by_role("heading", name="On-demand training with typed parameters")
+    ).to_be_visible()
+    screenshot(page, "dag-docs")
+
+
+def test_the_trigger_form_shows_every_param_and_refuses_out_of_range_values(platform, page, screenshot):
+    params = platform.api("GET", f"/dags/{ON_DEMAND}/details")["params"]
+    assert len(params) == 8
+    dialog = open_trigger_form(page, platform.record["airflow_url"])
+    for name, param in params.items():
+        schema, title = param["schema"], param["schema"]["title"]
+        expect(dialog.get_by_text(title).first).to_be_visible()  # its label (with a required marker)
+        if param["description"]:
+            expect(dialog.get_by_text(param["description"], exact=True)).to_be_visible()
+        if schema["type"] in ("integer", "number"):
+            field = dialog.get_by_role("spinbutton", name=title, exact=True)
+            expect(field).to_have_value(str(param["value"]))
+            # The bounds the form enforces, as the spin button announces them.
+            assert float(field.get_attribute("aria-valuemin")) == schema["minimum"], name
+            assert float(field.get_attribute("aria-valuemax")) == schema["maximum"], name
+        elif schema["type"] == "boolean":
+            expect(dialog.get_by_role("checkbox", name=title, exact=True)).to_be_checked(checked=param["value"])
+        elif "enum" in schema:
+            expect(dialog.get_by_role("combobox", name=title, exact=True)).to_be_visible()
+            expect(dialog.locator(f"[name='element_{name}']")).to_have_value(param["value"])  # the select's value
+        else:  # the window's last day: a date picker, empty by default
+            assert schema["format"] == "date"
+            field = dialog.locator(f"[name='element_{name}']")
+            expect(field).to_have_attribute("type", "date")
+            expect(field).to_have_value("")
+    screenshot(page, "trigger-form", full_page=True)
+
+    backend = params["backend"]
+    dialog.get_by_role("combobox", name=backend["schema"]["title"], exact=True).click()
+    options = page.get_by_role("option")
+    expect(options).to_have_text(backend["schema"]["enum"])
+    screenshot(page, "backend-choices")
+    options.filter(has_text=backend["value"]).click()  # closes the list, keeping the default
+    expect(options).to_have_count(0)
+
+    # Out of range: the form does not keep the typed value, it puts the bound in its place.
+    learning_rate = dialog.get_by_role("spinbutton", name="Learning rate", exact=True)
+    learning_rate.fill("0")
+    learning_rate.blur()
+    expect(learning_rate).to_have_value("0.000001")
+    epochs = dialog.get_by_role("spinbutton", name="Epochs", exact=True)
+    epochs.fill("1000")
+    epochs.blur()
+    expect(epochs).to_have_value(str(params["epochs"]["schema"]["maximum"]))
+    screenshot(page, "out-of-range-refused", full_page=True)
+
+
+@pytest.fixture(scope="module")
+def form_triggered_run(platform, browser):
+    """A run of ``mnist_train_on_demand`` triggered from the UI form (small, no promotion),
+    and its end state."""
+    url = platform.record["airflow_url"]
+    page = new_page(browser)
+    folder = SCREENSHOTS / "form_triggered_run"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    try:
+        dialog = open_trigger_form(page, url)
+        for name, value in TYPED.items():
+            dialog.locator(f"[name='element_{name}']").fill(value)
+        promote = dialog.get_by_role("checkbox", name="Promote to champion if it passes", exact=True)
+        promote.locator("xpath=..").click()  # the switch around the (visually hidden) input
+        expect(promote).not_to_be_checked()
+        page.screenshot(path=str(folder / "filled.png"), full_page=True)
+        print(f"[screenshot] {folder / 'filled.png'}")
+        dialog.get_by_role("button", name="Trigger", exact=True).click()
+        expect(dialog).to_be_hidden()
+    finally:
+        page.context.close()
+    runs = wait_until(
+        lambda: platform.api("GET", f"/dags/{ON_DEMAND}/dagRuns")["dag_runs"], 60, 2, "the triggered run listed"
+    )
+    (run,) = runs
+    done = wait_until(
+        lambda: (
+            (r := platform.api("GET", f"/dags/{ON_DEMAND}/dagRuns/{run['dag_run_id']}"))["state"]
+            in ("success", "failed")
+            and r
+        ),
+        RUN_TIMEOUT_S,
+        5,
+        "the form-triggered run finished",
+    )
+    return done
+
+
+def test_a_run_triggered_from_the_form_runs_with_the_typed_params(platform, form_triggered_run):
+    run = form_triggered_run
+    tasks = platform.api("GET", f"/dags/{ON_DEMAND}/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]
+    assert run["state"] == "success", [(t["task_id"], t["state"]) for t in tasks]
+    assert run["triggered_by"] == "ui"
+    conf = run["conf"]
+    assert (conf["epochs"], conf["window_days"], conf["end_ds"], conf["promote"]) == (3, 1, DS, False)
+    assert (conf["learning_rate"], conf["backend"]) == (0.05, "horovod")  # the defaults, untouched
+    assert {t["task_id"]: t["state"] for t in tasks}["publish_champion"] == "skipped"  # not promoted
+
+
+@pytest.fixture(scope="module")
+def training_run(platform, form_triggered_run):
+    """The MLflow run the form-triggered DAG run trained (and registered)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=platform.record["mlflow_url"])
+    experiment = client.get_experiment_by_name(MODEL)
+    (run,) = client.search_runs(
+        [experiment.experiment_id], f"tags.airflow_run_id = '{form_triggered_run['dag_run_id']}'"
+    )
+    return run
+
+
+def test_the_mlflow_experiment_opens_on_its_training_runs(platform, page, screenshot, training_run):
+    """A first visit to the experiment's model-training link lands on its runs (named after
+    the DAG run, with their datasets), not on the GenAI overview or traces."""
+    url, experiment_id = platform.record["mlflow_url"], training_run.info.experiment_id
+    page.goto(f"{url}/#/experiments/{experiment_id}?{ML_VIEW}")
+    expect(page).to_have_url(re.compile(rf"#/experiments/{experiment_id}/runs\b"))
+    expect(page.get_by_role("link", name=training_run.info.run_name)).to_be_visible()
+    expect(page.get_by_text(f"mnist curated {DS} training").first).to_be_visible()
+    screenshot(page, "experiment")
+
+
+def test_the_mlflow_run_page_shows_the_curves_and_the_confusion_matrix(platform, page, screenshot, training_run):
+    url, run = platform.record["mlflow_url"], training_run
+    base = f"{url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    page.goto(f"{base}?{ML_VIEW}")
+    expect(page.get_by_role("heading", name=run.info.run_name)).to_be_visible()
+    expect(page.get_by_text(f"on the mnist curated window {DS}")).to_be_visible()  # the description
+    screenshot(page, "run-overview", full_page=True)
+
+    page.goto(f"{base}/model-metrics?{ML_VIEW}")
+    search = page.get_by_placeholder("Search metric charts")
+    for kind in ("loss", "accuracy"):
+        search.fill(kind)
+        # One chart per metric, each a curve over the epochs (steps), training beside validation.
+        expect(page.get_by_text(re.compile(rf"^(train|val)_{kind}$"))).to_have_text([f"train_{kind}", f"val_{kind}"])
+        expect(page.get_by_text("Step", exact=True)).to_have_count(2)
+        screenshot(page, f"curves-{kind}")
+
+    page.goto(f"{base}/artifacts/holdout_confusion_matrix.png?{ML_VIEW}")
+    expect(page.get_by_text("holdout_confusion_matrix.png").first).to_be_visible()
+    image = page.locator("img[src^='blob:']").first
+    expect(image).to_be_visible()
+    assert image.evaluate("img => img.naturalWidth") > 500  # the rendered PNG, not a broken image
+    screenshot(page, "confusion-matrix")
+
+
+def test_the_mlflow_model_version_page_names_the_run_that_made_it(platform, page, screenshot, training_run):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=platform.record["mlflow_url"])
+    (version,) = client.search_model_versions(f"name = '{MODEL}' and run_id = '{training_run.info.run_id}'")
+    page.goto(f"{platform.record['mlflow_url']}/#/models/{MODEL}/versions/{version.version}?{ML_VIEW}")
+    expect(page.get_by_text(f"Version {version.version}", exact=True).first).to_be_visible()
+    expect(page.get_by_role("link", name=training_run.info.run_name)).to_be_visible()
+    expect(page.get_by_text("@ challenger").or_(page.get_by_text("challenger", exact=True)).first).to_be_visible()
+    screenshot(page, "model-version", full_page=True)
