@@ -118,8 +118,12 @@ def screenshot(request):
 
 
 def expect(target):
+    """Playwright's ``expect`` with the pages' patience: its own default (5 s) is too short
+    for a UI answering while the machine runs the rest of the suite (a triggered run's
+    dialog once took longer than that to close)."""
     from playwright.sync_api import expect as playwright_expect
 
+    playwright_expect.set_options(timeout=UI_TIMEOUT_MS)
     return playwright_expect(target)
 
 
