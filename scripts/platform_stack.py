@@ -305,7 +305,8 @@ def main() -> int:
         record = platform.up()
         print(f"[platform] up in {time.monotonic() - started:.0f} s")
         print(f"[platform] Airflow UI:  {record['airflow_url']}")
-        print(f"[platform] MLflow UI:   {record['mlflow_url']}")
+        # MLflow's UI opens on its GenAI view in a new browser, whatever the experiment's kind.
+        print(f"[platform] MLflow UI:   {record['mlflow_url']}/#/experiments?workflowType=machine_learning")
         env_file = platform.env_file
         env_file = os.path.relpath(env_file) if env_file.is_relative_to(Path.cwd()) else env_file
         print(f"[platform] your own airflow commands: . {env_file}")
