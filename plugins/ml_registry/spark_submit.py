@@ -100,8 +100,8 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
             earlier = store.get(SUBMITTED_ON_KEY)
             if isinstance(earlier, dict) and earlier.get("host") not in (None, here):
                 self.log.warning(
-                    "Attempt %s of this task submitted its job on %s, not here (%s): if that worker "
-                    "was lost, processes of its job may still run there.",
+                    "Attempt %s of this task submitted its job on %s, not here (%s): this attempt cannot "
+                    "look for what it left there (a lost attempt's job stops itself once its task is gone).",
                     earlier.get("attempt"),
                     earlier.get("host"),
                     here,
