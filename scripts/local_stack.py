@@ -36,6 +36,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = REPO / ".venv" / "bin"
+
+# Processes found by a variable in their environment, for the tests and the platform: the
+# operator's own lookup (re-exported here).
+if str(REPO / "plugins") not in sys.path:
+    sys.path.append(str(REPO / "plugins"))
+from ml_registry.job_processes import marked_processes  # noqa: E402, F401
+
 # Airflow components that start a log server unless told ``--skip-serve-logs``.
 SERVE_LOGS_COMPONENTS = (["scheduler"], ["triggerer"], ["celery", "worker"])
 # npm package installed by ``scripts/setup_env.sh --dev`` (it reads the version from here).
@@ -138,24 +145,6 @@ class SocketWatch:
     def exposed(self) -> list[tuple[str, int, str]]:
         """Listeners on any address but loopback (command lines shortened)."""
         return sorted((ip, port, cmd[:160]) for ip, port, cmd in self.listeners if not is_loopback(ip))
-
-
-def marked_processes(var: str, marker: str) -> list:
-    """Every live process (``psutil.Process``) whose environment has ``var=marker``, but this
-    one and zombies. A variable set on a process is inherited by all it starts, so this finds
-    a whole tree, also the parts that were re-parented or moved to a session of their own."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get(var) == marker:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 def git_revision() -> str:

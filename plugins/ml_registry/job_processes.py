@@ -49,9 +49,18 @@ def job_env(key: str, attempt: int) -> dict[str, str]:
 
 def job_processes(key: str, attempt: int | None = None) -> list[psutil.Process]:
     """Live processes of the job ``key`` (only those of ``attempt``, when given), this one
-    excluded. Processes of other users, and zombies, are skipped."""
+    excluded."""
+    return marked_processes(JOB_VAR, key, **({ATTEMPT_VAR: str(attempt)} if attempt is not None else {}))
+
+
+def marked_processes(var: str, value: str, **also: str) -> list[psutil.Process]:
+    """Every live process whose environment has ``var=value`` (and each of ``also``), but
+    this one, zombies and processes of other users. A variable set on a process is inherited
+    by all it starts, so this finds a whole tree, also the parts that were re-parented or
+    moved to a session of their own."""
     import psutil
 
+    wanted = {var: value, **also}
     found = []
     for proc in psutil.process_iter(["pid"]):
         try:
@@ -60,7 +69,7 @@ def job_processes(key: str, attempt: int | None = None) -> list[psutil.Process]:
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if env.get(JOB_VAR) == key and (attempt is None or env.get(ATTEMPT_VAR) == str(attempt)):
+        if all(env.get(name) == expected for name, expected in wanted.items()):
             found.append(proc)
     return found
 
