@@ -52,8 +52,12 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
       the cluster, unchanged.
     - Before it submits, a retry stops whatever an earlier attempt of the same task left
       running on this machine (its worker was SIGKILLed, so ``on_kill`` never ran): never
-      two copies of one task's job. In standalone-cluster and Kubernetes deploy modes the
-      provider's ``durable`` mode re-attaches to a driver that is still running instead.
+      two copies of one task's job. On Kubernetes in cluster deploy mode the provider's
+      ``durable`` mode re-attaches to a driver that is still running instead.
+    - A standalone master in cluster deploy mode is refused before anything is submitted:
+      there the provider passes no environment to the driver at all (the job's identity and
+      MLflow URI travel that way), and Spark's standalone master runs no Python application
+      in cluster deploy mode. Client deploy mode (the default) works on a standalone master.
 
     :param mlflow_conn_id: Airflow connection of the MLflow tracking server.
     :param pass_mlflow_credentials: Pass the connection's login/password/token to the job.
@@ -73,9 +77,11 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         pass_mlflow_credentials: bool = True,
         kill_grace_period: float = 3.0,
         conn_id: str = "spark_default",
+        deploy_mode: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(conn_id=conn_id, **kwargs)
+        super().__init__(conn_id=conn_id, deploy_mode=deploy_mode, **kwargs)
+        self.spark_deploy_mode = deploy_mode
         self.mlflow_conn_id = mlflow_conn_id
         self.pass_mlflow_credentials = pass_mlflow_credentials
         self.kill_grace_period = kill_grace_period
@@ -84,6 +90,14 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         self.attempt: int | None = None
 
     def execute(self, context: Context) -> None:
+        if standalone_cluster_mode(self.spark_conn_id, self.spark_deploy_mode):
+            raise AirflowFailException(
+                f"Spark connection {self.spark_conn_id!r} is a standalone master in cluster deploy mode: "
+                "the Spark provider passes no environment variables to spark-submit there (this "
+                "operator hands the job its identity and MLflow URI that way), and Spark's standalone "
+                "master runs no Python application in cluster deploy mode. Use client deploy mode "
+                "(the default) on a standalone master."
+            )
         ti = context["ti"]
         self.job_key = job_key(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
         self.attempt = ti.try_number
@@ -162,13 +176,34 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         super().on_kill()
 
 
-def env_vars_reach_command_line(spark_conn_id: str) -> bool:
-    """Whether spark-submit puts ``env_vars`` on its command line for this connection: on a
-    YARN or Kubernetes master. The provider builds the master URL from the connection's type
-    and host, and falls back to YARN when the connection does not exist."""
+def spark_master(spark_conn_id: str) -> str | None:
+    """The master URL spark-submit gets for this connection, built as the Spark provider
+    builds it; ``None`` when the connection does not exist (the provider then uses YARN)."""
     try:
         conn = BaseHook.get_connection(spark_conn_id)
     except AirflowNotFoundException:
-        return True
-    master = f"{conn.conn_type or ''}://{conn.host or ''}"
-    return "yarn" in master or "k8s" in master
+        return None
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        master = conn.host  # a UI-made connection: the host holds the whole master URL
+    else:
+        master = f"{conn.conn_type}://{conn.host or ''}"
+    return f"{master}:{conn.port}" if conn.port else master
+
+
+def env_vars_reach_command_line(spark_conn_id: str) -> bool:
+    """Whether spark-submit puts ``env_vars`` on its command line for this connection: on a
+    YARN or Kubernetes master (and on YARN when the connection does not exist)."""
+    master = spark_master(spark_conn_id)
+    return master is None or "yarn" in master or "k8s" in master
+
+
+def standalone_cluster_mode(spark_conn_id: str, deploy_mode: str | None = None) -> bool:
+    """Whether spark-submit would run in cluster deploy mode on a master that is neither YARN
+    nor Kubernetes (a standalone master; Spark refuses a local one): there the provider
+    refuses ``env_vars``. The deploy mode is the operator's ``deploy_mode``, else the
+    connection's ``deploy-mode`` extra, as the provider decides."""
+    if env_vars_reach_command_line(spark_conn_id):
+        return False
+    if not deploy_mode:
+        deploy_mode = BaseHook.get_connection(spark_conn_id).extra_dejson.get("deploy-mode")
+    return deploy_mode == "cluster"

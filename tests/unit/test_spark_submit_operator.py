@@ -42,6 +42,48 @@ def test_env_vars_reach_the_command_line_exactly_where_the_provider_puts_them_th
     assert env_vars_reach_command_line("spark_under_test") == ("PROBE=value" in command), command
 
 
+@pytest.mark.parametrize("deploy_mode", [None, "client", "cluster"])
+@pytest.mark.parametrize("name", [*CONNECTIONS, "missing"])
+def test_standalone_cluster_mode_is_recognised_exactly_where_the_provider_refuses_env_vars(
+    monkeypatch, name, deploy_mode
+):
+    """The operator refuses what the provider would refuse once the command is built: a
+    standalone master in cluster deploy mode, by the connection's extra or the operator's
+    ``deploy_mode``."""
+    from airflow.providers.apache.spark.hooks import spark_submit as spark_submit_hook
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.sdk.exceptions import AirflowException
+
+    from ml_registry.spark_submit import standalone_cluster_mode
+
+    monkeypatch.setattr(spark_submit_hook, "kube_client", SimpleNamespace(), raising=False)
+    if name in CONNECTIONS:
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps(CONNECTIONS[name]))
+    hook = SparkSubmitHook(conn_id="spark_under_test", deploy_mode=deploy_mode, env_vars={"PROBE": "value"})
+    try:
+        hook._build_spark_submit_command("job.py")
+        refused = False
+    except AirflowException as error:
+        refused = "not supported in standalone-cluster mode" in str(error)
+    assert standalone_cluster_mode("spark_under_test", deploy_mode) == refused
+
+
+def test_the_operator_refuses_standalone_cluster_mode_before_it_submits(monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from ml_registry.spark_submit import MlflowSparkSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps(CONNECTIONS["standalone"]))
+    operator = MlflowSparkSubmitOperator(
+        task_id="score", application="job.py", conn_id="spark_under_test", deploy_mode="cluster"
+    )
+    ti = SimpleNamespace(dag_id="d", task_id="score", run_id="r", map_index=-1, try_number=1)
+    with pytest.raises(AirflowFailException, match="standalone master in cluster deploy mode") as refused:
+        operator.execute({"ti": ti})
+    assert "client deploy mode" in str(refused.value)
+    assert operator.job_key is None  # refused before the job had an identity or a process
+
+
 def test_env_vars_reach_spark_submits_environment_on_a_local_master(monkeypatch, tmp_path):
     """The job's identity reaches its processes through ``env_vars``: the provider must pass
     them to spark-submit as its environment. A stand-in spark-submit records what it got."""
