@@ -91,7 +91,7 @@ class BenchEnv:
         )
         self._spark = None
         self._spark_conf: dict[str, str] = {}
-        self._model_uri: str | None = None
+        self._model_uris: dict[str, str] = {}
 
     # --- lifecycle ----------------------------------------------------------------
     def start(self) -> None:
@@ -169,20 +169,20 @@ class BenchEnv:
             forget_dead_jvm()
         self._spark = None
 
-    # --- the model every scoring benchmark uses ------------------------------------
-    def model_uri(self) -> str:
-        """``models:/<name>/<version>`` of a briefly trained CNN (the MNIST workflow's),
-        logged and registered once.
+    # --- the models the scoring benchmarks use ------------------------------------
+    def model_uri(self, workflow: str = MODEL_WORKFLOW) -> str:
+        """``models:/<name>/<version>`` of a briefly trained model of ``workflow`` (MNIST's
+        CNN by default), logged and registered once per workflow.
 
         Logged by the training job's ``log_trained_model`` (TorchScript, tensor signature,
         input example, the workflow in its metadata) and made a passed ``champion``, so the
         DAGs' gates accept it too.
         """
-        if self._model_uri is None:
-            self._model_uri = self._register_model()
-        return self._model_uri
+        if workflow not in self._model_uris:
+            self._model_uris[workflow] = self._register_model(workflow)
+        return self._model_uris[workflow]
 
-    def _register_model(self) -> str:
+    def _register_model(self, workflow_name: str) -> str:
         import mlflow
         from gpu_check import write_rank_shards
         from mlflow import MlflowClient
@@ -191,23 +191,23 @@ class BenchEnv:
         from spark_jobs.training.loop import TrainConfig, train_rank
         from spark_jobs.training.model_logging import log_trained_model
 
-        workflow = workflows.load(MODEL_WORKFLOW)
-        shard_dir = self.work / "model-shards"
-        shard_dir.mkdir(exist_ok=True)
+        workflow = workflows.load(workflow_name)
+        shard_dir = self.work / "model-shards" / workflow.name
+        shard_dir.mkdir(parents=True, exist_ok=True)
         files = write_rank_shards(shard_dir, 1, 1000, workflow.name)
         config = TrainConfig.for_workflow(workflow, epochs=1, threads_per_rank=2)
         trained = train_rank(SingleProcess(), config, files, None)
         spark = self._spark or self.spark()
         mlflow.set_experiment("benchmarks")
-        with mlflow.start_run(run_name="benchmark model"):
+        with mlflow.start_run(run_name=f"benchmark model ({workflow.name})"):
             logged_uri = log_trained_model(workflow, trained["state_dict"], spark.read.parquet(files[0]))
-        name = self.cfg.model_name
+        name = PlatformConfig(workflow=workflow.name).model_name
         version = mlflow.register_model(logged_uri, name).version
         client = MlflowClient()
         client.set_model_version_tag(name, version, "validation_status", "passed")
         client.set_registered_model_alias(name, "champion", version)
-        accuracy = trained["history"][-1]["train_accuracy"]
-        log(f"registered models:/{name}/{version} (train accuracy {accuracy:.3f})")
+        final = {k: round(v, 3) for k, v in trained["history"][-1].items() if k.startswith("train_")}
+        log(f"registered models:/{name}/{version} ({final})")
         return f"models:/{name}/{version}"
 
 

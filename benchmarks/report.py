@@ -67,11 +67,16 @@ def write_report(out: Path, meta: dict[str, Any], results: dict[str, dict], erro
     (out / "results.md").write_text(markdown(document))
 
 
+def ratio_text(value: float) -> str:
+    """A ratio with two decimals, or three significant digits below 0.01 (never "0.00x")."""
+    return f"{value:.2f}x" if value >= 0.01 else f"{value:.3g}x"
+
+
 def targets_table(results: dict[str, dict]) -> list[str]:
     lines = ["| benchmark | target | measured | met |", "|---|---|---|---|"]
     for name, result in results.items():
         for t in result["targets"]:
-            measured = f"{t['measured']:.2f}x" if t["unit"] == "x" else fmt(t["measured"], t["unit"])
+            measured = ratio_text(t["measured"]) if t["unit"] == "x" else fmt(t["measured"], t["unit"])
             lines.append(f"| {name} | {t['label']} | {measured} | {'yes' if t['met'] else '**no**'} |")
     return lines
 
@@ -120,7 +125,10 @@ def markdown(document: dict[str, Any]) -> str:
                 f"{fmt(meas['max'], unit)} | {meas['n']} | {meas['note']} |"
             )
         lines += ["", "| ratio | value | range |", "|---|---|---|"]
-        lines += [f"| {q['label']} | {q['value']:.2f}x | {q['low']:.2f}x - {q['high']:.2f}x |" for q in r["ratios"]]
+        lines += [
+            f"| {q['label']} | {ratio_text(q['value'])} | {ratio_text(q['low'])} - {ratio_text(q['high'])} |"
+            for q in r["ratios"]
+        ]
         lines += ["", f"Settings: `{json.dumps(r['settings'], default=str)}`. Took {r['wall_seconds']:.0f} s.", ""]
         lines += [f"- {note}" for note in r["notes"]]
         for title, rows in r["tables"].items():
