@@ -223,7 +223,8 @@ class PlatformConfig:
 DEFAULT_ARGS = {
     "owner": "ml-platform",
     "retries": 2,
-    "retry_delay": timedelta(minutes=1),
+    # The first retry's delay (doubled for each further one, with Airflow's jitter).
+    "retry_delay": timedelta(seconds=float(_env("ML_RETRY_DELAY_SECONDS", "60"))),
     "retry_exponential_backoff": True,
     "max_retry_delay": timedelta(minutes=10),
     "execution_timeout": timedelta(hours=2),

@@ -70,6 +70,19 @@ def test_conventions(dagbag):
         for task in dag.tasks:
             assert task.owner == "ml-platform", f"{dag_id}.{task.task_id} owner {task.owner}"
             assert task.retries >= 1, f"{dag_id}.{task.task_id} has no retries"
+            assert task.retry_delay.total_seconds() == 60, f"{dag_id}.{task.task_id} retry delay"
+
+
+RETRY_DELAY_PROBE = """
+import json
+from ml_platform.config import DEFAULT_ARGS
+print(json.dumps(DEFAULT_ARGS["retry_delay"].total_seconds()))
+"""
+
+
+def test_the_retry_delay_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ML_RETRY_DELAY_SECONDS", "7.5")
+    assert python_as_dag_processor("-c", RETRY_DELAY_PROBE, cwd=DAGS_DIR, timeout=120) == 7.5
 
 
 def test_every_pool_used_is_defined_in_conf_pools(dagbag):

@@ -17,6 +17,9 @@ MODEL = "mnist_cnn"
 NIGHTLY_DATE = "2026-11-29"
 NIGHTLY_PARTITION = "2026-11-28"  # the run of the 29th processes the day before
 NIGHTLY_ROWS = 5000
+# The first retry's delay under the tests' scheduler (ML_RETRY_DELAY_SECONDS; the DAGs' own
+# default is 60 s): Airflow waits between this and twice this before try 2.
+RETRY_DELAY_S = 20
 
 
 def run_nightly(stack) -> str:
