@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from quick_models import register_quick_champion
 
-from e2e_support import MODEL, RETRY_DELAY_S, postgres_database, run_nightly, service_missing
+from e2e_support import MODEL, postgres_database, run_nightly, service_missing
 from local_stack import LocalStack, free_port
 from package_jobs import package_jobs
 
@@ -77,9 +77,6 @@ def airflow_services(stack):
     (``ObjectDeletedError``; Airflow 3.3.2). MLflow, Spark and the storage root stay the
     embedded ones. The tests' own DAGs (``tests/e2e/dags``) are a second DAG bundle.
 
-    A failed task's first retry waits ``RETRY_DELAY_S`` (``ML_RETRY_DELAY_SECONDS``), not the
-    DAGs' default minute: the retry is the subject of some tests, and its wait is idle time.
-
     Airflow's masking of values by their names (connection extras, variables) is off
     (``hide_sensitive_var_conn_fields``): the platform's own masking must not depend on it,
     and with it on it would hide whether the operator registers what it hands a job.
@@ -91,7 +88,6 @@ def airflow_services(stack):
         stack.extra_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = sql_conn
         stack.extra_env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(DAG_BUNDLES)
         stack.extra_env["AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS"] = "False"
-        stack.extra_env["ML_RETRY_DELAY_SECONDS"] = str(RETRY_DELAY_S)
         try:
             stack.migrate()
             stack.start_airflow_services()
@@ -101,4 +97,3 @@ def airflow_services(stack):
             del stack.extra_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
             del stack.extra_env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"]
             del stack.extra_env["AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS"]
-            del stack.extra_env["ML_RETRY_DELAY_SECONDS"]

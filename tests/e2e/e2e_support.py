@@ -17,9 +17,9 @@ MODEL = "mnist_cnn"
 NIGHTLY_DATE = "2026-11-29"
 NIGHTLY_PARTITION = "2026-11-28"  # the run of the 29th processes the day before
 NIGHTLY_ROWS = 5000
-# The first retry's delay under the tests' scheduler (ML_RETRY_DELAY_SECONDS; the DAGs' own
-# default is 60 s): Airflow waits between this and twice this before try 2.
-RETRY_DELAY_S = 20
+# The DAGs' first retry delay (ML_RETRY_DELAY_SECONDS' default): Airflow waits between this
+# and twice this before try 2.
+RETRY_DELAY_S = 60
 
 
 def run_nightly(stack) -> str:
@@ -36,7 +36,7 @@ def wait_for(predicate, timeout: float, interval: float = 5, what: str = "condit
     return wait_until(predicate, timeout, interval, what)
 
 
-def backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str, timeout: float = 900) -> dict[str, str]:
+def backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str, timeout: float = 1800) -> dict[str, str]:
     """``airflow backfill create`` for dag_id's runs of first_ds..last_ds (logical dates);
     waits for the backfill to complete and asserts that each of its days has a run and that
     every run succeeded; returns {run_id: state}."""
@@ -67,7 +67,7 @@ def create_backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str
 
 
 def completed_backfill(
-    stack, dag_id: str, backfill_id: int, first_ds: str, last_ds: str, timeout: float = 900
+    stack, dag_id: str, backfill_id: int, first_ds: str, last_ds: str, timeout: float = 1800
 ) -> dict[str, str]:
     """Waits for the backfill to complete; asserts one run per day, all successful; returns
     {run_id: state}. The runs are picked by logical date: Airflow's run listing does not

@@ -316,3 +316,16 @@ def test_the_mlflow_model_version_page_names_the_run_that_made_it(platform, page
     expect(page.get_by_role("link", name=training_run.info.run_name)).to_be_visible()
     expect(page.get_by_text("@ challenger").or_(page.get_by_text("challenger", exact=True)).first).to_be_visible()
     screenshot(page, "model-version", full_page=True)
+
+
+def test_a_platform_runs_task_log_shows_in_the_ui(platform, page, screenshot, form_triggered_run):
+    """The task log of a run the platform's scheduler made, in the Airflow UI: the Spark
+    task's own lines, not "Log file not found on worker" (what runs made by
+    ``airflow dags test`` outside the platform show)."""
+    from urllib.parse import quote
+
+    run_id = quote(form_triggered_run["dag_run_id"], safe="")
+    page.goto(f"{platform.record['airflow_url']}/dags/{ON_DEMAND}/runs/{run_id}/tasks/train_model")
+    expect(page.get_by_text("Spark-Submit cmd").first).to_be_visible()
+    expect(page.get_by_text("Log file not found")).to_have_count(0)
+    screenshot(page, "train-model-log", full_page=True)
