@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -128,6 +129,35 @@ def report_figure():
             figures.write(line.replace("\n", " ") + "\n")
 
     return record
+
+
+# Wall time of each scheduling group in the process that ran it (its tests' set-up, call and
+# tear-down, session fixtures included), from the first test's start to the last one's end:
+# where the suite's time goes, printed with the measured figures.
+_group_times: dict[str, list[float]] = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    started = time.time()
+    try:
+        return (yield)
+    finally:
+        span = _group_times.setdefault(schedule_group(item.nodeid), [started, started, 0])
+        span[1] = time.time()
+        span[2] += 1
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not _group_times or not os.environ.get(FIGURES_ENV):
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(os.environ[FIGURES_ENV], "a", encoding="utf-8") as figures:
+        for group, (start, end, count) in sorted(_group_times.items(), key=lambda kv: kv[1][0]):
+            figures.write(
+                f"group {group} ({count} tests) on {worker}: {end - start:.0f} s, "
+                f"{time.strftime('%H:%M:%S', time.localtime(start))}-{time.strftime('%H:%M:%S', time.localtime(end))}\n"
+            )
 
 
 def pytest_terminal_summary(terminalreporter):
