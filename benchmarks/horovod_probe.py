@@ -35,7 +35,7 @@ WORKFLOW = "mnist"
 PARTS = ("independent", "allreduce", "loop")
 
 
-def _train(files: list[str], batch: int, threads: int, epochs: int, collective=None) -> float:
+def loop_samples_per_second(files: list[str], batch: int, threads: int, epochs: int, collective=None) -> float:
     from spark_jobs import workflows
     from spark_jobs.training.loop import TrainConfig, train_rank
 
@@ -47,13 +47,13 @@ def _train(files: list[str], batch: int, threads: int, epochs: int, collective=N
 
 
 def _independent(shard: str, batch: int, epochs: int, out) -> None:
-    out.put(_train([shard], batch, 1, epochs))
+    out.put(loop_samples_per_second([shard], batch, 1, epochs))
 
 
-def _horovod_rank(files: list[str], batch: int, epochs: int) -> float:
+def horovod_loop_samples_per_second(files: list[str], batch: int, epochs: int) -> float:
     from spark_jobs.training.collectives import HorovodCollective
 
-    return _train(files, batch, 1, epochs, HorovodCollective())
+    return loop_samples_per_second(files, batch, 1, epochs, HorovodCollective())
 
 
 def _allreduce_ms(sizes: list[int], repeats: int) -> dict[int, float]:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             rates = [out.get() for _ in procs]
             for proc in procs:
                 proc.join()
-            single = _train(files, args.global_batch, 2, args.epochs)
+            single = loop_samples_per_second(files, args.global_batch, 2, args.epochs)
             print(
                 f"independent: 2 processes x 1 thread, batch {per_rank}: {[round(r) for r in rates]} samples/s, "
                 f"together {sum(rates) / single:.2f}x one process (2 threads, batch {args.global_batch}: "
@@ -116,8 +116,14 @@ def main(argv: list[str] | None = None) -> int:
             times = run(_allreduce_ms, args=(sizes, 300), np=2, use_gloo=True, hosts="localhost:2")[0]
             print("allreduce: " + ", ".join(f"{size:,} floats {ms:.2f} ms" for size, ms in times.items()))
         if "loop" in parts:
-            ranks = run(_horovod_rank, args=(files, per_rank, args.epochs), np=2, use_gloo=True, hosts="localhost:2")
-            single = _train(files, args.global_batch, 2, args.epochs)
+            ranks = run(
+                horovod_loop_samples_per_second,
+                args=(files, per_rank, args.epochs),
+                np=2,
+                use_gloo=True,
+                hosts="localhost:2",
+            )
+            single = loop_samples_per_second(files, args.global_batch, 2, args.epochs)
             print(
                 f"loop: Horovod 2 ranks x {per_rank} rows {ranks[0]:,.0f} samples/s, one process "
                 f"{args.global_batch} rows {single:,.0f} samples/s: {ranks[0] / single:.2f}x"

@@ -24,6 +24,12 @@ class Sizes:
     # Training: curated rows in the window (20 % are held out), epochs per run.
     train_rows: int = 8_000
     train_epochs: int = 2
+    # Training cost (benchmarks.scaling): curated rows and ranks of the job's table, rows
+    # and per-rank batches of the batch sweep (at train_epochs).
+    scaling_rows: str = "8000,16000,32000,64000"
+    scaling_ranks: str = "1,2"
+    sweep_rows: int = 12_800
+    sweep_batches: str = "16,32,64,128,256"
     # Ingest: rows of the raw CSV drop (20k rows are 40 MB of CSV).
     ingest_rows: int = 20_000
     # Orchestration: the DAG timed per task, rows per daily drop it processes.
@@ -50,6 +56,10 @@ PRESETS = {
         score_tuning="off",
         train_rows=1000,
         train_epochs=1,
+        scaling_rows="600",
+        scaling_ranks="2",
+        sweep_rows=800,
+        sweep_batches="32",
         ingest_rows=1500,
         orchestration_dag="mnist_batch_scoring",
         orchestration_rows=500,

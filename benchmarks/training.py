@@ -9,8 +9,10 @@
   (``label`` and the dense ``features`` column) the job trains on; once with the same
   global batch as 2 ranks (2 x 32) and once with the per-rank batch (32). The faster one
   is the baseline.
-- **start-up**: submit to the first training step, from the wall clock at submit and the
-  rank's first step (rank 0's last epoch metric in MLflow minus the loop's duration).
+- **start-up**: submit to rank 0's first optimizer step (wall clock), and what each second
+  goes to, from the job manifest's ``timeline`` (``spark_jobs.train.TIMELINE``): the JVM
+  starting the driver, imports, the Spark session, data staging, the MLflow run, rank launch,
+  rendezvous, the rank's data and model, the first step.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from benchmarks.data import write_curated_day
 from benchmarks.env import BenchEnv, Benchmark, SingleProcess, Submitted
 from benchmarks.sizes import Sizes
 from ml_platform.job_arguments import TrainArguments
+from spark_jobs.train import TIMELINE
 
 DS = "2026-09-01"
 WORKFLOW = "mnist"
@@ -31,6 +34,58 @@ SAME_BATCH = {
     "horovod": "Horovod / single process, same global batch",
     "torch_distributor": "TorchDistributor / single process, same global batch",
 }
+
+
+def start_up_phases(submitted_at: float, timeline: dict[str, float]) -> dict[str, float]:
+    """Seconds of each start-up phase: from the previous mark of the job's ``timeline`` (the
+    first from the submit) to this one, in ``TIMELINE`` order; they add up to submit ->
+    first step."""
+    phases, previous = {}, submitted_at
+    for mark in TIMELINE:
+        if mark in timeline:
+            phases[mark] = timeline[mark] - previous
+            previous = timeline[mark]
+    return phases
+
+
+def train_job(
+    env: BenchEnv, work, curated, ds: str, backend: str, num_ranks: int, epochs: int, batch: int = BATCH
+) -> dict[str, float]:
+    """spark-submit the training job over ``ds`` of ``curated``; its samples/s (the job's own
+    figure), start-up (submit to first step) and its phases, wall seconds and training rows."""
+    manifest_path = work / "train.json"
+    submitted: Submitted = env.submit_job(
+        "train",
+        TrainArguments(
+            workflow=WORKFLOW,
+            curated_root=curated,
+            start_ds=ds,
+            end_ds=ds,
+            work_dir=work / "scratch",
+            output_manifest=manifest_path,
+            experiment_name="benchmarks-training",
+            backend=backend,
+            epochs=epochs,
+            batch_size=batch,
+            num_ranks=num_ranks,
+        ).argv(),
+    )
+    manifest = json.loads(manifest_path.read_text())
+    final = manifest["final_metrics"]
+    phases = start_up_phases(submitted.started_at, manifest["timeline"])
+    startup = sum(phases.values())
+    log(
+        f"training {backend} {num_ranks} rank(s), {manifest['train_rows']} rows: "
+        f"{final['samples_per_second']:,.0f} samples/s, start-up {startup:.1f} s "
+        f"({', '.join(f'{k} {v:.1f}' for k, v in phases.items())}), wall {submitted.seconds:.1f} s"
+    )
+    return {
+        "sps": final["samples_per_second"],
+        "startup": startup,
+        "phases": phases,
+        "wall": submitted.seconds,
+        "rows": manifest["train_rows"],
+    }
 
 
 class TrainingBench(Benchmark):
@@ -43,44 +98,10 @@ class TrainingBench(Benchmark):
 
     def submit(self, backend: str) -> dict[str, float]:
         """One training job; its samples/s, start-up seconds and wall seconds."""
-        from mlflow import MlflowClient
-
         self.submits += 1
-        work = self.root / f"{backend}-{self.submits}"
-        manifest_path = work / "train.json"
-        submitted: Submitted = self.env.submit_job(
-            "train",
-            TrainArguments(
-                workflow=WORKFLOW,
-                curated_root=self.curated,
-                start_ds=DS,
-                end_ds=DS,
-                work_dir=work / "scratch",
-                output_manifest=manifest_path,
-                experiment_name="benchmarks-training",
-                backend=backend,
-                epochs=self.sizes.train_epochs,
-                batch_size=BATCH,
-                num_ranks=RANKS,
-            ).argv(),
+        return train_job(
+            self.env, self.root / f"{backend}-{self.submits}", self.curated, DS, backend, RANKS, self.sizes.train_epochs
         )
-        manifest = json.loads(manifest_path.read_text())
-        final = manifest["final_metrics"]
-        history = MlflowClient().get_metric_history(manifest["run_id"], "samples_per_second")
-        last_epoch_at = max(m.timestamp for m in history) / 1000
-        # samples_per_second = samples seen so far / seconds since the loop started.
-        loop_seconds = manifest["train_rows"] * final["epoch"] / final["samples_per_second"]
-        startup = last_epoch_at - loop_seconds - submitted.started_at
-        log(
-            f"training {backend}: {final['samples_per_second']:,.0f} samples/s, start-up {startup:.1f} s, "
-            f"wall {submitted.seconds:.1f} s"
-        )
-        return {
-            "sps": final["samples_per_second"],
-            "startup": startup,
-            "wall": submitted.seconds,
-            "rows": manifest["train_rows"],
-        }
 
     def shards(self) -> list[str]:
         """The shards the job trains on: same split, same files (written here by Spark)."""
@@ -143,6 +164,13 @@ class TrainingBench(Benchmark):
                 f"{backend}_startup", f"{label}: submit to first step", "s", [run["startup"] for run in runs[backend]]
             )
             r.add(f"{backend}_wall", f"{label}: spark-submit wall time", "s", [run["wall"] for run in runs[backend]])
+        for phase, what in TIMELINE.items():  # where the Horovod job's start-up goes, phase by phase
+            r.add(
+                f"horovod_startup_{phase}",
+                f"Horovod start-up, until {what}",
+                "s",
+                [run["phases"].get(phase, 0.0) for run in runs["horovod"]],
+            )
         r.ratios += [
             Ratio("horovod", "single_best", "Horovod / single-process torch"),
             Ratio("horovod", "single_global_batch", SAME_BATCH["horovod"]),

@@ -33,6 +33,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from dataclasses import asdict
 
 from spark_jobs import tracking, workflows
@@ -47,6 +48,21 @@ from spark_jobs.training.model_logging import log_trained_model
 from spark_jobs.training.shards import write_training_shards
 
 log = logging.getLogger(__name__)
+
+# The manifest's ``timeline``: wall-clock times (time.time()) from the driver's start to
+# rank 0's first optimizer step, in order; each phase is the gap to the one before.
+# Rank times are rank 0's (on a cluster, its host's clock).
+TIMELINE = {
+    "driver_started": "spark-submit's JVM started the Python driver",
+    "job_imported": "the job's modules imported",
+    "session_ready": "the Spark session built",
+    "data_staged": "the window read, split and written as rank shards; rows counted",
+    "ranks_launched": "the MLflow run started, its datasets logged; ranks launched",
+    "rank_started": "rank 0's process running the rank entry",
+    "rank_ready": "rank 0 joined the collective (rendezvous)",
+    "data_loaded": "rank 0's shard in tensors, model built and broadcast",
+    "first_step": "rank 0's first optimizer step done",
+}
 
 
 def _parse_tag(value: str) -> tuple[str, str]:
@@ -93,10 +109,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, started_at: float | None = None) -> None:
+    """The job; ``started_at``: when the driver started (wall clock), for the manifest's
+    start-up timeline (:data:`TIMELINE`)."""
+    timeline = {"driver_started": started_at or time.time(), "job_imported": time.time()}
     configure_job_logging()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spark = build_spark_session(f"train {args.workflow.name} {args.start_ds}..{args.end_ds}")
+    timeline["session_ready"] = time.time()
     try:
         num_ranks = args.num_ranks or spark.sparkContext.defaultParallelism
         config = TrainConfig.for_workflow(
@@ -119,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             context: write_training_shards(df, f"{work_dir}/{context}", num_ranks) for context, df in datasets.items()
         }
         rows = {context: spark.read.parquet(f"{work_dir}/{context}").count() for context in datasets}
+        timeline["data_staged"] = time.time()
         train_rows = rows["training"]
         if train_rows == 0:
             raise ValueError(f"no training rows in {args.curated_root} for {args.start_ds}..{args.end_ds}")
@@ -136,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
 
         tracking.set_up_experiment(args.experiment_name)
         try:
-            run, rank0, model_uri = train_and_log(spark, args, config, datasets, shards, num_ranks, rows)
+            run, rank0, model_uri = train_and_log(spark, args, config, datasets, shards, num_ranks, rows, timeline)
         finally:
             for context in datasets:
                 delete_path(spark, f"{work_dir}/{context}")
@@ -150,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
             "num_ranks": num_ranks,
             "resumed_from_epoch": rank0["resumed_from_epoch"],
             "final_metrics": rank0["history"][-1],
+            "timeline": {**timeline, **rank0["timeline"]},
             "data_start_ds": args.start_ds,
             "data_end_ds": args.end_ds,
         }
@@ -184,9 +206,10 @@ def close_abandoned_runs(experiment_id: str, tags: dict[str, str]) -> list[str]:
     return closed
 
 
-def train_and_log(spark, args, config, datasets, shards, num_ranks, rows):
+def train_and_log(spark, args, config, datasets, shards, num_ranks, rows, timeline):
     """One MLflow run, named after the DAG run and window: params, the training and
-    validation rows as datasets, distributed training (metrics from rank 0), then the model."""
+    validation rows as datasets, distributed training (metrics from rank 0), then the model.
+    Records in ``timeline`` when the ranks were launched."""
     import mlflow
 
     tags = dict(args.tag)
@@ -226,6 +249,7 @@ def train_and_log(spark, args, config, datasets, shards, num_ranks, rows):
             start_ds=args.start_ds,
             end_ds=args.end_ds,
         )
+        timeline["ranks_launched"] = time.time()
         rank0 = run_ranks(
             args.backend, spark, config, shards["training"], num_ranks, run.info.run_id, shards["validation"]
         )

@@ -72,7 +72,21 @@ E2E_SCHEDULER_MODULES = {
 # other process builds them), so that neither process waits on all the schedulers' tests.
 E2E_LOSS_MODULES = {"test_service_restarts.py", "test_worker_loss.py"}
 E2E_OWN_STACK_MODULES = {"test_production_profile.py"}
-LONGEST_FIRST = ("e2e/scheduler", "e2e", "e2e/loss", "faults", "azure", "benchmarks/test_bench_tiny.py", "plugins")
+LONGEST_FIRST = (
+    "e2e/scheduler",
+    "e2e",
+    "e2e/loss",
+    "faults",
+    "platform/test_platform_up_down.py",
+    "benchmarks/test_bench_tiny.py",
+    "platform/test_browser.py",
+    "unit/test_train_backends.py",
+    "azure",
+    "e2e/test_production_profile.py",
+    "unit/test_ingest.py",
+    "unit/test_ingest_fuzz.py",
+    "plugins",
+)
 
 
 def schedule_group(nodeid: str) -> str:

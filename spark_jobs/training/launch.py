@@ -14,6 +14,7 @@ Both run :func:`spark_jobs.training.loop.train_rank` through their
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -51,9 +52,10 @@ def horovod_rank(
     config: TrainConfig, shard_files: list[str], mlflow_run_id: str | None, validation_files: list[str] = ()
 ) -> dict:
     """Entry of one Horovod rank."""
+    started = time.time()
     collective = HorovodCollective()
     try:
-        return train_rank(collective, config, shard_files, mlflow_run_id, validation_files)
+        return train_rank(collective, config, shard_files, mlflow_run_id, validation_files, started)
     finally:
         collective.close()
 
@@ -66,9 +68,12 @@ def torch_distributor_rank(
 ) -> dict:
     """Entry of one torchrun process. Takes the config as a plain dict: the arguments are
     unpickled before this package is importable (see :func:`_torchrun_entry`)."""
+    started = time.time()
     collective = TorchCollective()
     try:
-        return train_rank(collective, TrainConfig(**config_fields), shard_files, mlflow_run_id, validation_files)
+        return train_rank(
+            collective, TrainConfig(**config_fields), shard_files, mlflow_run_id, validation_files, started
+        )
     finally:
         collective.close()
 

@@ -151,13 +151,16 @@ def train_rank(
     shard_files: list[str],
     mlflow_run_id: str | None,
     validation_files: list[str] = (),
+    started_at: float | None = None,
 ) -> dict:
     """Body of one rank, the same for every backend.
 
     Returns the rank's row count, the per-epoch history (identical on every rank: it is
-    all-reduced) and the trained weights. Every rank returns the weights, which are equal
-    after synchronous updates, because TorchDistributor keeps the output of whichever
-    process of its first task finishes last, not necessarily rank 0's.
+    all-reduced), the trained weights and its start-up ``timeline`` (wall-clock times: its
+    entry ``started_at`` before the collective was joined, then ``rank_ready``,
+    ``data_loaded`` and ``first_step``; see ``spark_jobs.train.TIMELINE``). Every rank returns
+    the weights, which are equal after synchronous updates, because TorchDistributor keeps
+    the output of whichever process of its first task finishes last, not necessarily rank 0's.
 
     With checkpoints, every rank starts from the latest one (the same file, so the same
     state on every rank) and skips the epochs it covers; rank 0 writes one per epoch.
@@ -169,6 +172,9 @@ def train_rank(
     from spark_jobs.training.checkpoints import Checkpoints
     from spark_jobs.training.shards import read_rank_shard
 
+    timeline = {"rank_ready": time.time()}
+    if started_at is not None:
+        timeline = {"rank_started": started_at, **timeline}
     workflow = workflows.load(config.workflow)
     rank, size = collective.rank, collective.size
     device = rank_device(collective.local_rank, config.threads_per_rank)
@@ -202,6 +208,7 @@ def train_rank(
             if rank == 0:
                 print(f"[rank 0] resuming after epoch {start_epoch} from {checkpoints.url}", flush=True)
     model, optimizer = collective.distribute(net, optimizer)
+    timeline["data_loaded"] = time.time()
 
     client = None
     if rank == 0 and mlflow_run_id:
@@ -224,6 +231,8 @@ def train_rank(
             loss = objective.loss(output, y_all[idx])
             loss.backward()
             optimizer.step()
+            if "first_step" not in timeline:
+                timeline["first_step"] = time.time()
             loss_sum += loss.item() * len(idx)
             hits += objective.hits(output, y_all[idx])
             seen += len(idx)
@@ -251,5 +260,6 @@ def train_rank(
         "steps_per_epoch": steps,
         "resumed_from_epoch": start_epoch,
         "history": history,
+        "timeline": timeline,
         "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()},
     }

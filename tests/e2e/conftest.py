@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from quick_models import register_quick_champion
 
-from e2e_support import MODEL, postgres_database, run_nightly, service_missing
+from e2e_support import MODEL, RETRY_DELAY_S, postgres_database, run_nightly, service_missing
 from local_stack import LocalStack, free_port
 from package_jobs import package_jobs
 
@@ -80,6 +80,10 @@ def airflow_services(stack):
     Airflow's masking of values by their names (connection extras, variables) is off
     (``hide_sensitive_var_conn_fields``): the platform's own masking must not depend on it,
     and with it on it would hide whether the operator registers what it hands a job.
+    Failed tasks retry after ``RETRY_DELAY_S`` (the tests of lost tasks wait for retries).
+
+    The services stop after the last test of this process that uses them (see
+    :func:`pytest_runtest_teardown`); a later one starts them again.
     """
     if reason := service_missing("PostgreSQL"):
         pytest.skip(f"scheduler-driven tests need {reason}")
@@ -88,6 +92,7 @@ def airflow_services(stack):
         stack.extra_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = sql_conn
         stack.extra_env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(DAG_BUNDLES)
         stack.extra_env["AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS"] = "False"
+        stack.extra_env["ML_RETRY_DELAY_SECONDS"] = str(RETRY_DELAY_S)
         try:
             stack.migrate()
             stack.start_airflow_services()
@@ -97,3 +102,25 @@ def airflow_services(stack):
             del stack.extra_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
             del stack.extra_env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"]
             del stack.extra_env["AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS"]
+            del stack.extra_env["ML_RETRY_DELAY_SECONDS"]
+
+
+@pytest.fixture(autouse=True)
+def _airflow_services_running(request):
+    """The services of a test that uses them run, also after an earlier test's process
+    stopped them when it seemed to need them no more."""
+    if "airflow_services" in request.fixturenames:
+        stack = request.getfixturevalue("airflow_services")
+        if not stack.service_pids():
+            stack.start_airflow_services()
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the Airflow services once the next test of this process does not use them: the
+    scheduler, DAG processor and API server would otherwise idle on the 2 cores, re-parsing
+    the DAGs, beside every test that follows until the session ends."""
+    uses = "airflow_services" in item.fixturenames
+    if uses and (nextitem is None or "airflow_services" not in nextitem.fixturenames):
+        if stack := item.funcargs.get("airflow_services"):
+            stack.stop_airflow_services()

@@ -27,8 +27,9 @@ SCORING = "mnist_batch_scoring"
 BULK = "mnist_bulk_backfill_scoring"
 ON_NEW_CHAMPION = "mnist_score_on_new_champion"
 ROWS = 1000
-DAYS = [f"2026-11-0{d}" for d in range(1, 6)]  # ds 2026-11-01 .. 2026-11-05
-MISSING_DAY = "2026-11-06"  # no drop: never curated
+DAYS = [f"2026-11-0{d}" for d in range(1, 4)]  # ds 2026-11-01 .. 2026-11-03
+FIRST_DAYS = DAYS[:2]  # the first backfill; the reprocess adds the last day
+MISSING_DAY = "2026-11-04"  # no drop: never curated
 UNKNOWN_KEY = "unknown_key"  # the key tests/e2e/dags/e2e_airflow_paths.py triggers with
 MARKER_VAR = "E2E_MARKER"  # ditto: set on every process of e2e_spark_kill's jobs
 
@@ -83,12 +84,12 @@ def curated_rows(stack, ds: str) -> int:
 
 @pytest.fixture(scope="module")
 def backfills(services, champion):
-    """Three days backfilled, then five days with ``--reprocess-behavior completed`` (the
-    first three are reprocessed, the other two are new), then one bulk run over the same
-    five days and one more, never curated. Scored tables are kept after each step; wall
+    """Two days backfilled, then three days with ``--reprocess-behavior completed`` (the
+    first two are reprocessed, the third is new), then one bulk run over the same three
+    days and one more, never curated. Scored tables are kept after each step; wall
     times of the last two."""
-    backfill(services, DAYS[0], DAYS[2])
-    first = {ds: scored(services, ds) for ds in DAYS[:3]}
+    backfill(services, FIRST_DAYS[0], FIRST_DAYS[-1])
+    first = {ds: scored(services, ds) for ds in FIRST_DAYS}
     # Reprocessed runs keep the conf of their earlier run unless one is given: say "current".
     daily_seconds = backfill(
         services,
@@ -100,7 +101,7 @@ def backfills(services, champion):
         json.dumps({"model_policy": "current"}),
     )
     daily = {ds: scored(services, ds) for ds in DAYS}
-    # The bulk run spans one day more than was ever curated: it writes the five it has,
+    # The bulk run spans one day more than was ever curated: it writes the three it has,
     # then fails naming the missing one (its first try is enough; the retries are stopped).
     started = time.monotonic()
     status, run = services.api(
@@ -138,7 +139,7 @@ def backfills(services, champion):
 
 
 def test_backfill_scores_one_partition_per_day_with_one_pinned_version(services, backfills, champion):
-    assert sorted(backfills["first"]) == DAYS[:3]
+    assert sorted(backfills["first"]) == FIRST_DAYS
     for table in backfills["first"].values():
         assert table.num_rows == ROWS
         assert set(table.column("model_version").to_pylist()) == {champion.version}
@@ -147,7 +148,7 @@ def test_backfill_scores_one_partition_per_day_with_one_pinned_version(services,
 
 
 def test_reprocessing_completed_days_replaces_partitions_without_duplicates(backfills):
-    for ds in DAYS[:3]:
+    for ds in FIRST_DAYS:
         again = backfills["daily"][ds]
         assert again.num_rows == backfills["first"][ds].num_rows == ROWS
         assert len(set(again.column("row_id").to_pylist())) == ROWS

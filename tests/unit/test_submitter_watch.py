@@ -29,9 +29,9 @@ DRIVER = textwrap.dedent(
 )
 
 
-def start_driver(submitter: str) -> subprocess.Popen:
+def start_driver(submitter: str, stderr=None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), SUBMITTER_VAR: submitter}
-    return subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
 def identity(proc: subprocess.Popen, host: str | None = None) -> str:
@@ -63,10 +63,12 @@ def test_a_reused_pid_is_not_the_submitter():
     # The right pid with another start time: a different process that got the same pid.
     submitter = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     created = psutil.Process(submitter.pid).create_time()
-    driver = start_driver(f"{socket.gethostname()}:{submitter.pid}:{created - 100!r}")
+    driver = start_driver(f"{socket.gethostname()}:{submitter.pid}:{created - 100!r}", stderr=subprocess.PIPE)
     try:
-        assert driver.stdout.readline().strip() == "watching"
+        # The watch may stop the driver before it prints "watching": only its exit and its
+        # reason are certain.
         assert driver.wait(timeout=30) == 1
+        assert f"the Airflow task process {submitter.pid} that submitted this job is gone" in driver.stderr.read()
     finally:
         for proc in (submitter, driver):
             proc.kill()

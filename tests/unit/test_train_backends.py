@@ -152,6 +152,21 @@ def test_backend_trains_and_logs_a_run_with_the_workflows_metrics(training_stack
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_the_manifest_times_every_start_up_phase_in_order(trained, backend):
+    """The start-up breakdown of the benchmark reads the manifest's timeline: every mark of
+    ``TIMELINE``, from the driver's start to rank 0's first step, each no earlier than the one
+    before, all within the job's own run."""
+    from spark_jobs.train import TIMELINE
+
+    _, manifest = trained("mnist", backend)
+    timeline = manifest["timeline"]
+    assert set(timeline) == set(TIMELINE), timeline
+    marks = [timeline[mark] for mark in TIMELINE]
+    assert marks == sorted(marks), timeline
+    assert 0 < marks[-1] - marks[0] < 600, timeline
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_regressor_learns(training_stack, trained, backend):
     """Diabetes, in raw units (progression about 150 +- 77): the RMSE falls below the first
     epoch's and keeps well below it (SGD may give back a little from one epoch to the next),
