@@ -61,7 +61,7 @@ def tier(item: pytest.Item) -> str:
 # scheduler (they share its services), the lost-task and restart modules (services of
 # their own), and the others, driven by ``airflow dags test`` (they share the nightly's
 # champion); the production profile builds a stack of its own.
-SHARED_STACK_FOLDERS = ("e2e", "faults", "azure", "plugins")
+SHARED_STACK_FOLDERS = ("e2e", "faults", "azure", "plugins", "platform")
 E2E_SCHEDULER_MODULES = {
     "test_diabetes_workflow.py",
     "test_scheduling.py",
@@ -77,9 +77,8 @@ LONGEST_FIRST = (
     "e2e",
     "e2e/loss",
     "faults",
-    "platform/test_platform_up_down.py",
+    "platform",
     "benchmarks/test_bench_tiny.py",
-    "platform/test_browser.py",
     "unit/test_train_backends.py",
     "azure",
     "e2e/test_production_profile.py",

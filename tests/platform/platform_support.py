@@ -16,6 +16,9 @@ from platform_stack import AIRFLOW_PORT_VAR, DATABASE_URI_VAR, MARKER_VAR, MLFLO
 from local_stack import REPO, free_port
 
 SCRIPT = REPO / "scripts" / "platform_stack.py"
+# The curated MNIST day the tests' platform has to train on (conftest.py).
+CURATED_DS = "2026-11-28"
+CURATED_ROWS = 1500
 
 
 class PlatformCli:

@@ -1,6 +1,6 @@
 """The platform's UIs in a real browser: Playwright driving Debian's Chromium, headless,
 against the Airflow and MLflow that ``make up`` starts (``scripts/platform_stack.py`` on a
-state folder and free ports of this module's own; one platform for the module).
+state folder and free ports of the tests' own: the platform of ``conftest.py``).
 
 What a person sees: the DAG list and each DAG's description; the trigger form of
 ``mnist_train_on_demand`` with every Param's title, description, default and allowed
@@ -21,23 +21,16 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
-import pyarrow.parquet as pq
 import pytest
-from platform_support import PlatformCli, output
+from platform_support import CURATED_DS, output
 
-import package_jobs
 from local_stack import REPO, wait_until
-from spark_jobs import workflows
-from spark_jobs.sample_data import make_rows
-from spark_jobs.schema import curated_arrow_table, partition_path
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = REPO / "var" / "screenshots"
 ON_DEMAND = "mnist_train_on_demand"
 MODEL = "mnist_cnn"
-DS = "2026-11-28"
-ROWS = 1500
+DS = CURATED_DS  # the curated day the platform has (conftest.py)
 # What the form is filled with for the run it triggers: small, quick, no promotion.
 TYPED = {"epochs": "3", "window_days": "1", "end_ds": DS}
 RUN_TIMEOUT_S = 900
@@ -50,23 +43,12 @@ ASSISTANT_SHOWN = "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstL
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory):
-    """The platform, up, with its own job archive (of the code under test) and one curated
-    MNIST partition to train on."""
-    cli = PlatformCli(tmp_path_factory.mktemp("browser-platform"))
-    cli.env["ML_JOBS_ARCHIVE"] = str(package_jobs.package_jobs(cli.state / "spark_jobs.zip"))
-    wf = workflows.load("mnist")
-    labels, features = make_rows(wf, DS, ROWS)
-    partition = Path(partition_path(cli.state / "data" / "curated" / "mnist", DS))
-    partition.mkdir(parents=True)
-    pq.write_table(curated_arrow_table(wf, np.arange(ROWS), labels, features), partition / "part-00000.parquet")
-    up = cli("up")
-    try:
-        assert up.returncode == 0, output(up)
-        wait_until(lambda: cli.api("GET", "/dags?limit=100")["total_entries"] >= 10, 180, 3, "the DAGs parsed")
-        yield cli
-    finally:
-        cli("down")
+def platform(shared_platform):
+    """The platform, up, its DAGs parsed."""
+    cli, up = shared_platform
+    assert up.returncode == 0, output(up)
+    wait_until(lambda: cli.api("GET", "/dags?limit=100")["total_entries"] >= 10, 180, 3, "the DAGs parsed")
+    return cli
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """``make up`` / ``make down`` for real (``scripts/platform_stack.py``): the embedded
 PostgreSQL from the pgserver wheel, Airflow's API server, scheduler, DAG processor and
-triggerer, and the MLflow tracking server, in a state folder of their own on free ports.
-The steps build on each other: up, up again, what listens, a restart keeps state, down."""
+triggerer, and the MLflow tracking server, in a state folder of their own on free ports
+(the platform of ``conftest.py``, after the browser tests used it). The steps build on each
+other: up, up again, what listens, a restart keeps state, down."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import psutil
 import pyarrow.dataset as pads
 import pytest
 from platform_stack import AIRFLOW_PORT_VAR, MLFLOW_PORT_VAR
-from platform_support import PlatformCli, output
+from platform_support import output
 from quick_models import register_quick_champion
 
 from local_stack import REPO, is_loopback, wait_until
@@ -31,13 +32,8 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory):
-    cli = PlatformCli(tmp_path_factory.mktemp("platform"))
-    first = cli("up")
-    try:
-        yield cli, first
-    finally:
-        cli("down")
+def platform(shared_platform):
+    return shared_platform
 
 
 def test_up_starts_every_component_and_reports_them_healthy(platform):
