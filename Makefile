@@ -34,7 +34,7 @@ format:
 	.venv/bin/ruff check --fix .
 	.venv/bin/ruff format .
 
-# About 15 minutes on 2 cores; writes benchmarks/results/ (results.md, results.json, *.png).
+# About 20 minutes on 2 cores; writes benchmarks/results/ (results.md, results.json, *.png).
 bench:
 	scripts/setup_env.sh --dev
 	.venv/bin/python -m benchmarks

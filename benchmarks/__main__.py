@@ -1,6 +1,6 @@
 """Run the benchmarks and write benchmarks/results/ (results.md, results.json, *.png).
 
-    python -m benchmarks                      # default sizes, about 15 minutes on 2 cores
+    python -m benchmarks                      # default sizes, about 20 minutes on 2 cores
     python -m benchmarks --size tiny          # every benchmark end to end, small (a test)
     python -m benchmarks --only scoring,backfill --score-rows 100000
 

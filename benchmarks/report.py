@@ -56,6 +56,8 @@ def fmt(value: float | None, unit: str) -> str:
         return "-"
     if unit == "s":
         return f"{value:.3f} s" if value < 1 else f"{value:.1f} s"
+    if unit in ("accuracy", "rmse"):  # a model's metric, not a count
+        return f"{value:.4f}"
     return f"{value:,.0f} {unit}"
 
 
