@@ -35,6 +35,14 @@ WORKFLOW = "mnist"
 PARTS = ("independent", "allreduce", "loop")
 
 
+def ranks_import_repository() -> None:
+    """Put the repository on the path of the ranks ``horovod.runner.run`` starts from here:
+    they unpickle this package's functions."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), str(REPO / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+
+
 def loop_samples_per_second(files: list[str], batch: int, threads: int, epochs: int, collective=None) -> float:
     from spark_jobs import workflows
     from spark_jobs.training.loop import TrainConfig, train_rank
@@ -84,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_check import write_rank_shards
     from horovod.runner import run
 
-    # The ranks unpickle this module's functions: they need the repository on their path.
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO), str(REPO / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
+    ranks_import_repository()
     parts = args.only.split(",")
     per_rank = args.global_batch // 2
     with tempfile.TemporaryDirectory() as folder:

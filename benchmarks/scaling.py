@@ -3,8 +3,8 @@
 - **rows x ranks**: the Horovod training job (spark-submit, as the DAGs run it) with 1 and
   2 ranks (1 torch thread each) over one curated day of 8k to 64k rows (20 % held out), one
   epoch: wall time, start-up (submit to rank 0's first step), the training loop's seconds
-  and the job's own samples/s, as a table. What one machine can show: with 2 cores, 2 ranks can at
-  best halve the training loop, and the fixed start-up is paid once per job.
+  and the job's own samples/s, as a table. What one machine can show: with 2 cores, 2
+  ranks can at best halve the training loop, and the fixed start-up is paid once per job.
 - **per-rank batch**: the job's own per-rank loop (``spark_jobs.training.loop.train_rank``)
   on 2 Horovod ranks (Gloo, this host) against one process with 2 torch threads at the
   same global batch (2 x the per-rank batch), for per-rank batches of 16 to 256. The ranks
@@ -16,21 +16,19 @@
 
 from __future__ import annotations
 
-import os
-
 from benchmarks.core import BenchResult, Ratio, log
 from benchmarks.data import write_curated_day
-from benchmarks.env import REPO, BenchEnv, Benchmark
-from benchmarks.horovod_probe import horovod_loop_samples_per_second, loop_samples_per_second
-from benchmarks.sizes import Sizes
+from benchmarks.env import BenchEnv, Benchmark
+from benchmarks.horovod_probe import (
+    horovod_loop_samples_per_second,
+    loop_samples_per_second,
+    ranks_import_repository,
+)
+from benchmarks.sizes import Sizes, int_list
 from benchmarks.training import train_job
 
 DAYS = "2026-09-{:02d}"
 EPOCHS = 1
-
-
-def int_list(text: str) -> list[int]:
-    return sorted({int(item) for item in text.split(",") if item.strip()})
 
 
 class ScalingBench(Benchmark):
@@ -66,10 +64,7 @@ class ScalingBench(Benchmark):
         from gpu_check import write_rank_shards
         from horovod.runner import run
 
-        # The ranks unpickle this package's functions: they need the repository on their path.
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO), str(REPO / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])]
-        )
+        ranks_import_repository()
         shards = self.root / "sweep-shards"
         shards.mkdir(parents=True, exist_ok=True)
         files = write_rank_shards(shards, 2, self.sizes.sweep_rows // 2)

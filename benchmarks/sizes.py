@@ -87,5 +87,10 @@ def sizes_from_args(args: argparse.Namespace) -> Sizes:
     return replace(PRESETS[args.size], **overrides)
 
 
+def int_list(text: str) -> list[int]:
+    """A comma-separated size field (``"1,7,30"``) as sorted distinct integers."""
+    return sorted({int(item) for item in text.split(",") if item.strip()})
+
+
 def backfill_ranges(sizes: Sizes) -> list[int]:
-    return sorted({int(d) for d in sizes.backfill_days.split(",") if d.strip()})
+    return int_list(sizes.backfill_days)
