@@ -311,6 +311,8 @@ class LocalStack:
     spark_master_ui: str | None = None
     _mlflow: subprocess.Popen | None = None
     _services: list[subprocess.Popen] = field(default_factory=list)
+    _cluster: list[subprocess.Popen] = field(default_factory=list)
+    _local_master: str = "local[2]"  # spark_master before start_spark_cluster
 
     @property
     def tracking_uri(self) -> str:
@@ -458,7 +460,7 @@ class LocalStack:
         ]
         for i, command in enumerate(commands):
             out = open(logs / f"{'master' if i == 0 else f'worker{i}'}.log", "ab")
-            self._services.append(
+            self._cluster.append(
                 subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             )
 
@@ -467,9 +469,18 @@ class LocalStack:
                 return json.load(resp).get("aliveworkers", 0) >= workers
 
         wait_until(answers(workers_alive), timeout, 1, f"Spark master {master_url} with {workers} workers (see {logs})")
-        self.spark_master = master_url
+        self._local_master, self.spark_master = self.spark_master, master_url
         self.spark_master_ui = f"http://127.0.0.1:{ui_port}"
         return master_url
+
+    def stop_spark_cluster(self) -> None:
+        """Stop the standalone master and workers; this stack's jobs run where they ran
+        before :meth:`start_spark_cluster`."""
+        for proc in self._cluster:
+            _stop_group(proc)
+        self._cluster = []
+        if self.spark_master_ui:
+            self.spark_master, self.spark_master_ui = self._local_master, None
 
     # --- Airflow ------------------------------------------------------------------
     def start_airflow_services(self, timeout: float = 180, extra_components: list[list[str]] | None = None) -> None:
@@ -542,13 +553,14 @@ class LocalStack:
             return json.load(resp)
 
     def service_pids(self) -> list[int]:
-        """Process ids of the running services started by this stack (their children not
-        included): the Airflow components, Spark master and workers."""
+        """Process ids of the running Airflow components started by this stack (their
+        children not included)."""
         return [proc.pid for proc in self._services if proc.poll() is None]
 
     def stop_services(self) -> None:
         """Everything started by start_airflow_services / start_spark_cluster."""
         self.stop_airflow_services()
+        self.stop_spark_cluster()
 
     def stop_airflow_services(self) -> None:
         for proc in self._services:
