@@ -35,6 +35,7 @@ if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$digest" ]]; then
     "$PY" -m pip install --quiet --no-deps --force-reinstall "pyspark==$(sed -n 's/^pyspark==//p' requirements.txt)" 2>&1 \
         | { grep -v "WARNING: Location .* is ignored" || true; }
     echo "[setup] packages installed in $(( $(date +%s) - start )) s"
+    rm -f "$VENV/spark-cds.jsa"  # it belongs to the jars it was dumped from
     echo "$digest" > "$stamp"
 fi
 
@@ -47,6 +48,14 @@ import importlib.metadata as md, pyspark
 expected = md.version("pyspark")
 assert pyspark.__version__ == expected, f"pyspark Python files are {pyspark.__version__}, JVM is {expected}"
 PYCHECK
+
+# Spark's classes for every job's driver JVM to map at start instead of loading them
+# (scripts/spark_cds.py; about a third less CPU and wall time for a small job). Optional.
+if [[ ! -f "$VENV/spark-cds.jsa" ]]; then
+    echo "[setup] writing Spark's class-data sharing archive (about 40 s)"
+    "$PY" scripts/spark_cds.py \
+        || echo "[setup] WARNING: no class-data sharing archive (see above): Spark jobs start without it" >&2
+fi
 
 if [[ "${reqs[0]}" == requirements-dev.txt ]]; then
     azurite_version=$(sed -n 's/^AZURITE_VERSION = "\(.*\)"$/\1/p' scripts/local_stack.py)

@@ -37,7 +37,7 @@ FIGURES_ENV = "MLSPARK_TEST_FIGURES"
 # - unit: everything else, in-process (local SparkSession, SQLite stores, DagBag).
 E2E_FOLDERS = {"e2e", "faults", "azure", "platform"}
 E2E_FILES = {"test_bench_tiny.py"}
-SERVER_FIXTURES = {"mlflow_server", "training_stack"}
+SERVER_FIXTURES = {"mlflow_server", "training_stack", "spark_submit"}
 
 
 def tier(item: pytest.Item) -> str:

@@ -1,0 +1,70 @@
+"""The driver JVM's class-data sharing archive (scripts/spark_cds.py): named in the jobs'
+JVM options only where it exists, and, where it does, the source of Spark's classes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ml_platform import config
+from ml_platform.config import SHORT_JOB_JVM_OPTIONS, PlatformConfig
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = "from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate().range(1000).count()\n"
+
+
+def test_the_archive_is_named_only_where_it_exists(tmp_path, monkeypatch):
+    archive = tmp_path / "spark-cds.jsa"
+    monkeypatch.setattr(config, "SPARK_CDS_ARCHIVE", archive)
+    monkeypatch.delenv("ML_SPARK_DRIVER_JAVA_OPTIONS", raising=False)
+    assert config.short_job_jvm_options() == SHORT_JOB_JVM_OPTIONS
+    archive.write_bytes(b"")
+    assert config.short_job_jvm_options() == f"{SHORT_JOB_JVM_OPTIONS} -XX:SharedArchiveFile={archive}"
+    assert f"-XX:SharedArchiveFile={archive}" in PlatformConfig().spark_conf()["spark.driver.extraJavaOptions"]
+    monkeypatch.setenv("ML_SPARK_DRIVER_JAVA_OPTIONS", "")  # a cluster's choice wins
+    assert "SharedArchiveFile" not in PlatformConfig().spark_conf()["spark.driver.extraJavaOptions"]
+
+
+@pytest.fixture
+def spark_submit():
+    """``spark-submit`` of this checkout's environment (the test's tier: integration)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from local_stack import VENV_BIN
+
+    return VENV_BIN / "spark-submit"
+
+
+@pytest.mark.skipif(
+    not config.SPARK_CDS_ARCHIVE.is_file(),
+    reason=f"no {config.SPARK_CDS_ARCHIVE}: scripts/setup_env.sh writes it (scripts/spark_cds.py)",
+)
+def test_a_jobs_driver_maps_sparks_classes_from_the_archive(tmp_path, spark_submit):
+    """-Xshare:on: the JVM refuses to start unless it can map the archive (same runtime, same
+    jars); the class-loading log says where each class came from."""
+    from local_stack import job_spark_conf
+
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    loaded = tmp_path / "classes.log"
+    options = f"{job_spark_conf()['spark.driver.extraJavaOptions']} -Xshare:on -Xlog:class+load=info:file={loaded}"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env["PATH"] = f"{spark_submit.parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        [str(spark_submit), "--master", "local[1]", "--conf", f"spark.driver.extraJavaOptions={options}"]
+        + ["--conf", f"spark.pyspark.python={sys.executable}", str(job)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Each loaded class's source: the archive, a jar file, or (lambdas) the class defining it.
+    spark_classes = [line for line in loaded.read_text().splitlines() if " org.apache.spark." in line]
+    from_archive = sum("source: shared objects file" in line for line in spark_classes)
+    from_jars = sum("source: file:" in line for line in spark_classes)
+    assert from_archive > 1000, from_archive
+    assert from_jars <= 0.05 * (from_archive + from_jars), (from_jars, from_archive)
