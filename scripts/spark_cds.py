@@ -40,50 +40,45 @@ parsed = spark.read.text(f"{work}/raw").select(F.split("value", ",").alias("fiel
 rows = parsed.select(F.col("fields")[0].cast("int").alias("label"), F.size("fields").alias("n"))
 
 
-def doubled(batches):
+def widened(batches):
     for batch in batches:
         yield batch.set_column(0, "label", batch.column(0).cast("int64"))
 
 
-rows = rows.mapInArrow(doubled, "label long, n int")
+rows = rows.mapInArrow(widened, "label long, n int")
 rows.write.mode("overwrite").parquet(f"{work}/curated")
 spark.read.parquet(f"{work}/curated").groupBy("label").count().collect()
 spark.stop()
 """
 
 
+def submit(job: Path, args: list[str], java_options: str) -> subprocess.CompletedProcess:
+    """``spark-submit`` of this interpreter's environment on local[2], the driver JVM with
+    ``java_options`` (also for the test that checks the archive is mapped)."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    conf = {
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.pyspark.python": sys.executable,
+        "spark.ui.showConsoleProgress": "false",
+    }
+    command = [str(bin_dir / "spark-submit"), "--master", "local[2]"]
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    return subprocess.run([*command, str(job), *args], env=env, capture_output=True, text=True, timeout=600)
+
+
 def write_archive(out: Path) -> None:
     """Run the representative job under spark-submit, its JVM dumping the archive to ``out``
     (atomically: a JVM never maps a half-written file)."""
-    bin_dir = Path(sys.executable).parent
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="spark-cds-") as work:
         job = Path(work) / "job.py"
         job.write_text(REPRESENTATIVE_JOB)
         partial = out.with_suffix(".jsa.partial")
         partial.unlink(missing_ok=True)
-        java_options = f"{SHORT_JOB_JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-        done = subprocess.run(
-            [
-                str(bin_dir / "spark-submit"),
-                "--master",
-                "local[2]",
-                "--conf",
-                f"spark.driver.extraJavaOptions={java_options}",
-                "--conf",
-                f"spark.pyspark.python={sys.executable}",
-                "--conf",
-                "spark.ui.showConsoleProgress=false",
-                str(job),
-                work,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        done = submit(job, [work], f"{SHORT_JOB_JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}")
         if done.returncode != 0 or not partial.exists():
             raise SystemExit(f"[spark_cds] the archive was not written (rc {done.returncode}):\n{done.stderr[-3000:]}")
         partial.replace(out)

@@ -3,8 +3,6 @@ JVM options only where it exists, and, where it does, the source of Spark's clas
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,11 +29,12 @@ def test_the_archive_is_named_only_where_it_exists(tmp_path, monkeypatch):
 
 @pytest.fixture
 def spark_submit():
-    """``spark-submit`` of this checkout's environment (the test's tier: integration)."""
+    """``spark-submit`` of this checkout's environment, as scripts/spark_cds.py runs it (the
+    test's tier: integration)."""
     sys.path.insert(0, str(REPO / "scripts"))
-    from local_stack import VENV_BIN
+    import spark_cds
 
-    return VENV_BIN / "spark-submit"
+    return spark_cds.submit
 
 
 @pytest.mark.skipif(
@@ -51,16 +50,7 @@ def test_a_jobs_driver_maps_sparks_classes_from_the_archive(tmp_path, spark_subm
     job.write_text(JOB)
     loaded = tmp_path / "classes.log"
     options = f"{job_spark_conf()['spark.driver.extraJavaOptions']} -Xshare:on -Xlog:class+load=info:file={loaded}"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    env["PATH"] = f"{spark_submit.parent}{os.pathsep}{env.get('PATH', '')}"
-    done = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", "--conf", f"spark.driver.extraJavaOptions={options}"]
-        + ["--conf", f"spark.pyspark.python={sys.executable}", str(job)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = spark_submit(job, [], options)
     assert done.returncode == 0, done.stderr[-3000:]
     # Each loaded class's source: the archive, a jar file, or (lambdas) the class defining it.
     spark_classes = [line for line in loaded.read_text().splitlines() if " org.apache.spark." in line]
