@@ -22,6 +22,15 @@ NIGHTLY_ROWS = 5000
 RETRY_DELAY_S = 30
 
 
+def nightly_table(stack, dataset: str, columns: list[str] | None = None):
+    """The nightly's partition of ``dataset`` (``curated``, ``predictions``) as an Arrow table."""
+    import pyarrow.dataset as pads
+
+    path = stack.storage_root / dataset / WORKFLOW / f"ds={NIGHTLY_PARTITION}"
+    assert path.is_dir(), f"{path} was not written"
+    return pads.dataset(str(path), format="parquet").to_table(columns=columns)
+
+
 def run_nightly(stack) -> str:
     """One ``airflow dags test`` of the nightly DAG; returns its output (fails the test if it fails)."""
     if not (stack.storage_root / "raw" / "mnist" / f"ds={NIGHTLY_PARTITION}").exists():

@@ -7,21 +7,14 @@ same date, which must add a version but no rows, runs on a standalone cluster
 
 from __future__ import annotations
 
-import pyarrow.dataset as pads
 import pytest
 
-from e2e_support import MODEL, run_nightly
+from e2e_support import MODEL, nightly_table, run_nightly
 from e2e_support import NIGHTLY_PARTITION as PARTITION
 from e2e_support import NIGHTLY_ROWS as ROWS
 from local_stack import SocketWatch
 
 DAG_ID = "mnist_nightly_retrain"
-
-
-def partition_table(stack, dataset: str, columns=None):
-    path = stack.storage_root / dataset / "mnist" / f"ds={PARTITION}"
-    assert path.is_dir(), f"{path} was not written"
-    return pads.dataset(str(path), format="parquet").to_table(columns=columns)
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +23,8 @@ def nightly_runs(stack, mlflow_client):
         log = run_nightly(stack)
     first = {
         "champion": mlflow_client.get_model_version_by_alias(MODEL, "champion"),
-        "curated_rows": partition_table(stack, "curated", ["row_id"]).num_rows,
-        "scored": partition_table(stack, "predictions", ["row_id", "model_name", "model_version"]),
+        "curated_rows": nightly_table(stack, "curated", ["row_id"]).num_rows,
+        "scored": nightly_table(stack, "predictions", ["row_id", "model_name", "model_version"]),
         "log": log,
         "listeners": listeners,
     }

@@ -12,15 +12,9 @@ from __future__ import annotations
 import json
 import urllib.request
 
-import pyarrow.dataset as pads
 import pytest
 
-from e2e_support import MODEL, NIGHTLY_PARTITION, NIGHTLY_ROWS, run_nightly
-
-
-def partition_table(stack, dataset: str, columns: list[str]):
-    path = stack.storage_root / dataset / "mnist" / f"ds={NIGHTLY_PARTITION}"
-    return pads.dataset(str(path), format="parquet").to_table(columns=columns)
+from e2e_support import MODEL, NIGHTLY_ROWS, nightly_table, run_nightly
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +38,8 @@ def cluster_rerun(stack, champion, mlflow_client):
         "versions": versions,
         "new_version": max(versions, key=lambda v: int(v.version)),
         "champion": mlflow_client.get_model_version_by_alias(MODEL, "champion"),
-        "curated_rows": partition_table(stack, "curated", ["row_id"]).num_rows,
-        "scored": partition_table(stack, "predictions", ["model_version"]),
+        "curated_rows": nightly_table(stack, "curated", ["row_id"]).num_rows,
+        "scored": nightly_table(stack, "predictions", ["model_version"]),
     }
 
 
