@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
+from pathlib import Path
 
 from local_stack import wait_until
 
@@ -26,9 +27,11 @@ def nightly_table(stack, dataset: str, columns: list[str] | None = None):
     """The nightly's partition of ``dataset`` (``curated``, ``predictions``) as an Arrow table."""
     import pyarrow.dataset as pads
 
-    path = stack.storage_root / dataset / WORKFLOW / f"ds={NIGHTLY_PARTITION}"
-    assert path.is_dir(), f"{path} was not written"
-    return pads.dataset(str(path), format="parquet").to_table(columns=columns)
+    from spark_jobs.schema import partition_path
+
+    path = partition_path(stack.storage_root / dataset / WORKFLOW, NIGHTLY_PARTITION)
+    assert Path(path).is_dir(), f"{path} was not written"
+    return pads.dataset(path, format="parquet").to_table(columns=columns)
 
 
 def run_nightly(stack) -> str:
