@@ -10,6 +10,7 @@ import pytest
 from spark_jobs import workflows
 from spark_jobs.features import decode, tensor_metadata_of_parquet_schema
 from spark_jobs.ingest import (
+    RAW_RECORD_COL,
     REASON_COL,
     IngestError,
     filter_data_lines,
@@ -48,36 +49,52 @@ def test_valid_row_has_no_reason(spark):
     assert reasons(spark, [line("7", ["255"] + ["0"] * 783)]) == [None]
 
 
-@pytest.mark.parametrize(
-    ("raw", "expected"),
-    [
-        (line() + ",9", "wrong field count: expected 785, got 786"),
-        ("1,2,3", "wrong field count: expected 785, got 3"),
-        (line(label="x"), "label is empty or not an integer: 'x'"),
-        (line(label=""), "label is empty or not an integer: ''"),
-        (line(label="10"), "label out of range 0..9: 10"),
-        (line(label="-1"), "label out of range 0..9: -1"),
-        (line(pixels=["0"] * 5 + ["abc"] + ["0"] * 778), "pixel5 is empty or not an integer: 'abc'"),
-        (line(pixels=["0"] * 783 + [""]), "pixel783 is empty or not an integer: ''"),
-        (line(pixels=["0"] * 10 + ["256"] + ["0"] * 773), "pixel10 out of range 0..255: 256"),
-        (line(pixels=["-3"] + ["0"] * 783), "pixel0 out of range 0..255: -3"),
-        (line(pixels=["1.5"] + ["0"] * 783), "pixel0 is empty or not an integer: '1.5'"),
-        # Java's "$" matches before a final line terminator: these once passed the fast
-        # path's regex and failed the whole job in its strict cast (CAST_INVALID_INPUT).
-        (line() + "\u2028", "line separator U+2028 in the row: a line break no CSV reader agrees on"),
-        (line() + "\u2029", "line separator U+2029 in the row: a line break no CSV reader agrees on"),
-        (line() + "\u0085", "line separator U+0085 in the row: a line break no CSV reader agrees on"),
-        (
-            line(pixels=["7\u2028"] + ["0"] * 783),
-            "line separator U+2028 in the row: a line break no CSV reader agrees on",
-        ),
-        (HEADER, STRAY_HEADER),
-        (",".join([*PIXEL_COLS, "class"]), STRAY_HEADER),
-        (" Label , pixel0", STRAY_HEADER),
-    ],
-)
-def test_bad_rows_name_the_rule_and_column(spark, raw, expected):
-    assert reasons(spark, [raw]) == [expected]
+BAD_ROWS = [
+    (line() + ",9", "wrong field count: expected 785, got 786"),
+    ("1,2,3", "wrong field count: expected 785, got 3"),
+    (line(label="x"), "label is empty or not an integer: 'x'"),
+    (line(label=""), "label is empty or not an integer: ''"),
+    (line(label="10"), "label out of range 0..9: 10"),
+    (line(label="-1"), "label out of range 0..9: -1"),
+    (line(pixels=["0"] * 5 + ["abc"] + ["0"] * 778), "pixel5 is empty or not an integer: 'abc'"),
+    (line(pixels=["0"] * 783 + [""]), "pixel783 is empty or not an integer: ''"),
+    (line(pixels=["0"] * 10 + ["256"] + ["0"] * 773), "pixel10 out of range 0..255: 256"),
+    (line(pixels=["-3"] + ["0"] * 783), "pixel0 out of range 0..255: -3"),
+    (line(pixels=["1.5"] + ["0"] * 783), "pixel0 is empty or not an integer: '1.5'"),
+    # Java's "$" matches before a final line terminator: these once passed the fast
+    # path's regex and failed the whole job in its strict cast (CAST_INVALID_INPUT).
+    (line() + "\u2028", "line separator U+2028 in the row: a line break no CSV reader agrees on"),
+    (line() + "\u2029", "line separator U+2029 in the row: a line break no CSV reader agrees on"),
+    (line() + "\u0085", "line separator U+0085 in the row: a line break no CSV reader agrees on"),
+    (
+        line(pixels=["7\u2028"] + ["0"] * 783),
+        "line separator U+2028 in the row: a line break no CSV reader agrees on",
+    ),
+    (HEADER, STRAY_HEADER),
+    (",".join([*PIXEL_COLS, "class"]), STRAY_HEADER),
+    (" Label , pixel0", STRAY_HEADER),
+]
+
+
+def decided_reasons(spark, lines: list[str], workflow) -> dict[str, str | None]:
+    """The reason of each line, all decided in one Spark job (a job per line would cost a
+    second or so each; a row's reason depends on that row alone)."""
+    rows = checked(spark, lines, workflow).select(RAW_RECORD_COL, REASON_COL).collect()
+    decided = {r[RAW_RECORD_COL]: r[REASON_COL] for r in rows}
+    assert len(rows) == len(decided) == len(set(lines)), "a line was dropped or repeated"
+    return decided
+
+
+@pytest.fixture(scope="module")
+def bad_line_reasons(spark) -> dict[str, dict[str, str | None]]:
+    """The reasons of the bad lines below (``BAD_ROWS``, ``BAD_PATIENTS``), by workflow."""
+    tables = ((MNIST, BAD_ROWS), (DIABETES, BAD_PATIENTS))
+    return {wf.name: decided_reasons(spark, [raw for raw, _ in table], wf) for wf, table in tables}
+
+
+@pytest.mark.parametrize(("raw", "expected"), BAD_ROWS)
+def test_bad_rows_name_the_rule_and_column(bad_line_reasons, raw, expected):
+    assert bad_line_reasons["mnist"][raw] == expected
 
 
 def checked_rows(spark, lines: list[str], fast_path: bool, workflow=MNIST) -> list[tuple]:
@@ -360,37 +377,37 @@ def test_a_valid_patient_has_no_reason(spark):
     assert diabetes_reasons(spark, lines) == [None] * len(lines)
 
 
-@pytest.mark.parametrize(
-    ("raw", "expected"),
-    [
-        (patient(bmi="90.1"), "bmi out of range 5..80: 90.1"),
-        (patient(bmi="4.99"), "bmi out of range 5..80: 4.99"),
-        (patient(age="-1"), "age out of range 0..120: -1"),
-        (patient(s4="20.000001"), "s4 out of range 0..20: 20.000001"),
-        (patient(s6="1e999"), "s6 out of range 0..250: 1e999"),
-        (patient(progression="500.5"), "progression out of range 0..500: 500.5"),
-        (patient(progression="-3"), "progression out of range 0..500: -3"),
-        (patient(progression="x"), "progression is empty or not a number: 'x'"),
-        (patient(progression=""), "progression is empty or not a number: ''"),
-        (patient(progression="NaN"), "progression is not a finite number: 'NaN'"),
-        (patient(bmi="nan"), "bmi is not a finite number: 'nan'"),
-        (patient(bmi="inf"), "bmi is not a finite number: 'inf'"),
-        (patient(s1="-Infinity"), "s1 is not a finite number: '-Infinity'"),
-        (patient(s3=""), "s3 is empty or not a number: ''"),
-        (patient(s2="1.5f"), "s2 is empty or not a number: '1.5f'"),
-        (patient(s2="0x1p3"), "s2 is empty or not a number: '0x1p3'"),
-        (patient(s2="1,5"), "wrong field count: expected 11, got 12"),
-        (patient(s2="1.2.3"), "s2 is empty or not a number: '1.2.3'"),
-        (patient(s2="-"), "s2 is empty or not a number: '-'"),
-        (patient(s2="1_0"), "s2 is empty or not a number: '1_0'"),
-        (",".join(PATIENT.values()) + ",1", "wrong field count: expected 11, got 12"),
-        (DIABETES_HEADER, STRAY_HEADER),
-        (patient() + "\u2028", "line separator U+2028 in the row: a line break no CSV reader agrees on"),
-        (patient(bmi="3\x002"), "control character U+0000 in the row: binary data or a non-UTF-8 encoding"),
-    ],
-)
-def test_bad_patients_name_the_rule_and_the_column(spark, raw, expected):
-    assert diabetes_reasons(spark, [raw]) == [expected]
+BAD_PATIENTS = [
+    (patient(bmi="90.1"), "bmi out of range 5..80: 90.1"),
+    (patient(bmi="4.99"), "bmi out of range 5..80: 4.99"),
+    (patient(age="-1"), "age out of range 0..120: -1"),
+    (patient(s4="20.000001"), "s4 out of range 0..20: 20.000001"),
+    (patient(s6="1e999"), "s6 out of range 0..250: 1e999"),
+    (patient(progression="500.5"), "progression out of range 0..500: 500.5"),
+    (patient(progression="-3"), "progression out of range 0..500: -3"),
+    (patient(progression="x"), "progression is empty or not a number: 'x'"),
+    (patient(progression=""), "progression is empty or not a number: ''"),
+    (patient(progression="NaN"), "progression is not a finite number: 'NaN'"),
+    (patient(bmi="nan"), "bmi is not a finite number: 'nan'"),
+    (patient(bmi="inf"), "bmi is not a finite number: 'inf'"),
+    (patient(s1="-Infinity"), "s1 is not a finite number: '-Infinity'"),
+    (patient(s3=""), "s3 is empty or not a number: ''"),
+    (patient(s2="1.5f"), "s2 is empty or not a number: '1.5f'"),
+    (patient(s2="0x1p3"), "s2 is empty or not a number: '0x1p3'"),
+    (patient(s2="1,5"), "wrong field count: expected 11, got 12"),
+    (patient(s2="1.2.3"), "s2 is empty or not a number: '1.2.3'"),
+    (patient(s2="-"), "s2 is empty or not a number: '-'"),
+    (patient(s2="1_0"), "s2 is empty or not a number: '1_0'"),
+    (",".join(PATIENT.values()) + ",1", "wrong field count: expected 11, got 12"),
+    (DIABETES_HEADER, STRAY_HEADER),
+    (patient() + "\u2028", "line separator U+2028 in the row: a line break no CSV reader agrees on"),
+    (patient(bmi="3\x002"), "control character U+0000 in the row: binary data or a non-UTF-8 encoding"),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), BAD_PATIENTS)
+def test_bad_patients_name_the_rule_and_the_column(bad_line_reasons, raw, expected):
+    assert bad_line_reasons["diabetes"][raw] == expected
 
 
 def test_float_fast_path_decides_exactly_as_the_full_checks(spark):
