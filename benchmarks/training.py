@@ -49,7 +49,15 @@ def start_up_phases(submitted_at: float, timeline: dict[str, float]) -> dict[str
 
 
 def train_job(
-    env: BenchEnv, work, curated, ds: str, backend: str, num_ranks: int, epochs: int, batch: int = BATCH
+    env: BenchEnv,
+    work,
+    curated,
+    ds: str,
+    backend: str,
+    num_ranks: int,
+    epochs: int,
+    batch: int = BATCH,
+    bind_cores: str = "on",
 ) -> dict[str, float]:
     """spark-submit the training job over ``ds`` of ``curated``; its samples/s (the job's own
     figure), start-up (submit to first step) and its phases, wall seconds and training rows."""
@@ -68,14 +76,15 @@ def train_job(
             epochs=epochs,
             batch_size=batch,
             num_ranks=num_ranks,
-        ).argv(),
+        ).argv()
+        + ["--bind-cores", bind_cores],
     )
     manifest = json.loads(manifest_path.read_text())
     final = manifest["final_metrics"]
     phases = start_up_phases(submitted.started_at, manifest["timeline"])
     startup = sum(phases.values())
     log(
-        f"training {backend} {num_ranks} rank(s), {manifest['train_rows']} rows: "
+        f"training {backend} {num_ranks} rank(s) (cores bound: {bind_cores}), {manifest['train_rows']} rows: "
         f"{final['samples_per_second']:,.0f} samples/s, start-up {startup:.1f} s "
         f"({', '.join(f'{k} {v:.1f}' for k, v in phases.items())}), wall {submitted.seconds:.1f} s"
     )
@@ -96,11 +105,12 @@ class TrainingBench(Benchmark):
         self.curated = self.root / "curated"
         self.submits = 0
 
-    def submit(self, backend: str) -> dict[str, float]:
+    def submit(self, backend: str, bind_cores: str = "on") -> dict[str, float]:
         """One training job; its samples/s, start-up seconds and wall seconds."""
         self.submits += 1
+        work = self.root / f"{backend}-{self.submits}"
         return train_job(
-            self.env, self.root / f"{backend}-{self.submits}", self.curated, DS, backend, RANKS, self.sizes.train_epochs
+            self.env, work, self.curated, DS, backend, RANKS, self.sizes.train_epochs, bind_cores=bind_cores
         )
 
     def shards(self) -> list[str]:
@@ -152,7 +162,15 @@ class TrainingBench(Benchmark):
         runs = {
             "horovod": [self.submit("horovod") for _ in range(s.submit_repeats)],
             "torch_distributor": [self.submit("torch_distributor") for _ in range(max(1, s.submit_repeats - 1))],
+            # What binding each rank to a core of its own gives (--bind-cores, the job's default on).
+            "horovod_unbound": [self.submit("horovod", bind_cores="off") for _ in range(max(1, s.submit_repeats - 1))],
         }
+        r.add(
+            "horovod_unbound",
+            f"Horovod job, ranks not bound to cores (--bind-cores off), batch {BATCH} per rank",
+            "samples/s",
+            [run["sps"] for run in runs["horovod_unbound"]],
+        )
         for backend, label in (("horovod", "Horovod job"), ("torch_distributor", "TorchDistributor job")):
             r.add(
                 backend,
@@ -174,6 +192,8 @@ class TrainingBench(Benchmark):
         r.ratios += [
             Ratio("horovod", "single_best", "Horovod / single-process torch"),
             Ratio("horovod", "single_global_batch", SAME_BATCH["horovod"]),
+            Ratio("horovod_unbound", "single_global_batch", "Horovod, ranks not bound to cores / single process"),
+            Ratio("horovod", "horovod_unbound", "Horovod, ranks bound / not bound to cores"),
             Ratio("torch_distributor", "single_best", "TorchDistributor / single-process torch"),
             Ratio("torch_distributor", "single_global_batch", SAME_BATCH["torch_distributor"]),
             Ratio("horovod_startup", "horovod_wall", "Horovod start-up / job wall time"),

@@ -98,6 +98,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--holdout-pct", type=int, default=20, help="share of the window (%%) held out: validation, then registration"
     )
+    parser.add_argument(
+        "--bind-cores",
+        choices=("on", "off"),
+        default="on",
+        help="on: each Horovod rank bound to cores of its own where a host's ranks fill its cores "
+        "exactly (spark_jobs.training.launch.rank_cores); off: scheduling left to the OS",
+    )
     parser.add_argument("--split-seed", type=int, default=7)
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument(
@@ -128,6 +135,7 @@ def main(argv: list[str] | None = None, started_at: float | None = None) -> None
             seed=args.seed,
             threads_per_rank=int(spark.conf.get("spark.task.cpus", "1")),
             checkpoint_dir=args.checkpoint_dir,
+            bind_cores=args.bind_cores == "on",
         )
         window_df = read_partitions(spark, args.curated_root, args.start_ds, args.end_ds)
         datasets = {
@@ -172,6 +180,7 @@ def main(argv: list[str] | None = None, started_at: float | None = None) -> None
             "resumed_from_epoch": rank0["resumed_from_epoch"],
             "final_metrics": rank0["history"][-1],
             "timeline": {**timeline, **rank0["timeline"]},
+            "rank0_cores": rank0["cores"],
             "data_start_ds": args.start_ds,
             "data_end_ds": args.end_ds,
         }

@@ -22,6 +22,7 @@ same value on every rank, logged by rank 0 with ``step=epoch``.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,6 +48,9 @@ class TrainConfig:
     seed: int = 42
     threads_per_rank: int = 1
     checkpoint_dir: str | None = None
+    # Each rank bound to cores of its own where the host's ranks fill its cores exactly
+    # (spark_jobs.training.launch.rank_cores); False leaves the scheduling to the OS.
+    bind_cores: bool = True
 
     @classmethod
     def for_workflow(cls, workflow: Workflow, **overrides) -> TrainConfig:
@@ -261,5 +265,6 @@ def train_rank(
         "resumed_from_epoch": start_epoch,
         "history": history,
         "timeline": timeline,
+        "cores": sorted(os.sched_getaffinity(0)),  # the CPU cores this rank ran on
         "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()},
     }

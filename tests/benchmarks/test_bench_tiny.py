@@ -96,7 +96,7 @@ def test_the_comparisons_the_issue_asks_for_are_there(tiny_report):
     runs = document["benchmarks"]
     assert {"score_job", "ceiling", "per_batch_load", "closure"} <= set(runs["scoring"]["measurements"])
     assert any("closure UDF" in note for note in runs["scoring"]["notes"])
-    assert {"horovod", "torch_distributor", "single_best", "horovod_startup", "torch_distributor_startup"} <= set(
+    assert {"horovod", "horovod_unbound", "torch_distributor", "single_best", "horovod_startup"} <= set(
         runs["training"]["measurements"]
     )
     # The start-up of the Horovod job, phase by phase, adds up to the whole.

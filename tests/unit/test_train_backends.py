@@ -17,6 +17,7 @@ training run.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -164,6 +165,17 @@ def test_the_manifest_times_every_start_up_phase_in_order(trained, backend):
     marks = [timeline[mark] for mark in TIMELINE]
     assert marks == sorted(marks), timeline
     assert 0 < marks[-1] - marks[0] < 600, timeline
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_horovod_rank_0_ran_on_a_core_of_its_own_where_the_ranks_fill_the_cores(trained, backend):
+    """local[2] with 2 Horovod ranks: on 2 cores each rank is bound to one (rank 0 to the
+    first); on a larger machine they fill none exactly and run unbound. TorchDistributor's
+    ranks (a torchrun node each) are never bound."""
+    _, manifest = trained("mnist", backend)
+    allowed = sorted(os.sched_getaffinity(0))
+    fill = backend == "horovod" and len(allowed) == manifest["num_ranks"]
+    assert manifest["rank0_cores"] == (allowed[:1] if fill else allowed)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
