@@ -1,8 +1,9 @@
 """One platform for the tests of this folder (one process runs them all, see
 ``tests/conftest.py``): ``scripts/platform_stack.py up`` on a state folder and free ports
 of its own, with a job archive of the code under test and one curated MNIST partition to
-train on. The browser tests use it first; the up/down tests, which end by stopping it,
-come last (collection order)."""
+train on. The browser tests use it first, the last of them with the on-demand flow of
+``promoted_run`` (which test_platform_flows.py checks); the up/down tests, which end by
+stopping it, come last (collection order)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,22 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from platform_support import CURATED_DS, CURATED_ROWS, PlatformCli
+from platform_support import (
+    CONF,
+    CURATED_DS,
+    CURATED_ROWS,
+    DAYS,
+    MODEL,
+    ON_DEMAND,
+    ON_NEW_CHAMPION,
+    ROWS_PER_DAY,
+    PlatformCli,
+    finished,
+    task_states,
+)
 
 import package_jobs
+from local_stack import wait_until
 from spark_jobs import workflows
 from spark_jobs.sample_data import make_rows
 from spark_jobs.schema import curated_arrow_table, partition_path
@@ -35,3 +49,42 @@ def shared_platform(tmp_path_factory):
         yield cli, first
     finally:
         cli("down")
+
+
+@pytest.fixture(scope="session")
+def promoted_run(shared_platform):
+    """The REST-triggered on-demand run and what followed it: ``(cli, run, MLflow client,
+    the training run, the champion after it, the Asset-triggered scoring run)``. The
+    champion alias is removed first, so the accuracy floor alone decides the promotion."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    cli, _ = shared_platform
+    wf = workflows.load("mnist")
+    for i, ds in enumerate(DAYS):
+        labels, features = make_rows(wf, ds, ROWS_PER_DAY, seed=100 + i)
+        partition = Path(partition_path(cli.state / "data" / "curated" / "mnist", ds))
+        partition.mkdir(parents=True)
+        pq.write_table(curated_arrow_table(wf, np.arange(ROWS_PER_DAY), labels, features), partition / "part-0.parquet")
+    client = MlflowClient(tracking_uri=cli.record["mlflow_url"])
+    try:
+        client.delete_registered_model_alias(MODEL, "champion")
+    except MlflowException:
+        pass  # none yet
+    for dag_id in (ON_DEMAND, ON_NEW_CHAMPION):
+        cli.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+    run = cli.api("POST", f"/dags/{ON_DEMAND}/dagRuns", {"logical_date": None, "conf": CONF})
+    run = finished(cli, ON_DEMAND, run["dag_run_id"])
+    assert run["state"] == "success", task_states(cli, ON_DEMAND, run["dag_run_id"])
+    (trained,) = client.search_runs(
+        [client.get_experiment_by_name(MODEL).experiment_id], f"tags.airflow_run_id = '{run['dag_run_id']}'"
+    )
+    champion = client.get_model_version_by_alias(MODEL, "champion")
+    rescore = wait_until(
+        lambda: cli.api("GET", f"/dags/{ON_NEW_CHAMPION}/dagRuns?run_type=asset_triggered")["dag_runs"],
+        300,
+        5,
+        f"{ON_NEW_CHAMPION} started by the champion Asset",
+    )[0]
+    rescore = finished(cli, ON_NEW_CHAMPION, rescore["dag_run_id"])
+    return cli, run, client, trained, champion, rescore

@@ -22,14 +22,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from platform_support import CURATED_DS, output
+from platform_support import CURATED_DS, MODEL, ON_DEMAND, ON_NEW_CHAMPION, output
 
 from local_stack import REPO, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = REPO / "var" / "screenshots"
-ON_DEMAND = "mnist_train_on_demand"
-MODEL = "mnist_cnn"
 DS = CURATED_DS  # the curated day the platform has (conftest.py)
 # What the form is filled with for the run it triggers: small, quick, no promotion.
 TYPED = {"epochs": "3", "window_days": "1", "end_ds": DS}
@@ -311,3 +309,27 @@ def test_a_platform_runs_task_log_shows_in_the_ui(platform, page, screenshot, fo
     expect(page.get_by_text("Spark-Submit cmd").first).to_be_visible()
     expect(page.get_by_text("Log file not found")).to_have_count(0)
     screenshot(page, "train-model-log", full_page=True)
+
+
+def test_the_gate_tasks_link_opens_the_mlflow_page_of_the_version_it_pinned(platform, page, screenshot, promoted_run):
+    """After an on-demand run promoted its model, the Asset-triggered scoring run's gate
+    task shows the "MLflow model version" link on its Details tab; it leads to the page of
+    exactly the version the gate pinned (the new champion), the version the task scored with."""
+    from urllib.parse import quote
+
+    _, _, _, _, champion, rescore = promoted_run
+    pinned = platform.api(
+        "GET", f"/dags/{ON_NEW_CHAMPION}/dagRuns/{quote(rescore['dag_run_id'], safe='')}/taskInstances/gate_model"
+    )
+    assert pinned["state"] == "success", pinned
+    run_id = quote(rescore["dag_run_id"], safe="")
+    page.goto(f"{platform.record['airflow_url']}/dags/{ON_NEW_CHAMPION}/runs/{run_id}/tasks/gate_model/details")
+    link = page.get_by_role("link", name="MLflow model version")
+    expect(link).to_be_visible()
+    screenshot(page, "gate-task-details", full_page=True)
+    href = link.get_attribute("href")
+    assert href == f"{platform.record['mlflow_url']}/#/models/{MODEL}/versions/{champion.version}", href
+    page.goto(href)
+    expect(page.get_by_text(f"Version {champion.version}", exact=True).first).to_be_visible()
+    expect(page.get_by_text("@ champion").or_(page.get_by_text("champion", exact=True)).first).to_be_visible()
+    screenshot(page, "pinned-model-version", full_page=True)

@@ -106,11 +106,34 @@ def readme_block(after: str) -> str:
     return rest.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
+README_DAYS = ["2026-11-01", "2026-11-02", "2026-11-03"]
+
+
+def run_readme_backfill(cli, folder) -> dict:
+    """The README's backfill commands, exactly as written, in ``folder`` whose ``var`` is the
+    platform's state; the backfill they created, once it completed."""
+    if not (folder / "var").exists():
+        (folder / "var").symlink_to(cli.state)
+    script = readme_block("**Backfill, one run per day.**")
+    ran = subprocess.run(["bash", "-euc", script], cwd=folder, env=cli.env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, output(ran)
+    backfill = max(cli.api("GET", f"/backfills?dag_id={SCORING}")["backfills"], key=lambda b: b["id"])
+    wait_until(lambda: cli.api("GET", f"/backfills/{backfill['id']}").get("completed_at"), 900, 5, "backfill done")
+    return backfill
+
+
+def scored_day(cli, ds: str):
+    """A day's predictions (row ids and model versions) and the names of their files."""
+    folder = cli.state / "data" / "predictions" / "mnist" / f"ds={ds}"
+    table = pads.dataset(str(folder), format="parquet").to_table(columns=["row_id", "model_version"])
+    return table.sort_by("row_id"), sorted(p.name for p in folder.glob("*.parquet"))
+
+
 def test_the_readme_backfill_runs_on_the_platform(platform, tmp_path):
     """The README's backfill commands, exactly as written, in a folder whose ``var`` is this
     platform's state: each day is scored once, by the champion."""
     cli, _ = platform
-    days = ["2026-11-01", "2026-11-02", "2026-11-03"]
+    days = README_DAYS
     assert f"--from-date {days[0]} --to-date {days[-1]}" in readme_block("**Backfill, one run per day.**")
     drops = [arg for ds in days for arg in ("--ds", ds)]
     raw = cli.state / "data" / "raw" / "mnist"
@@ -132,21 +155,32 @@ def test_the_readme_backfill_runs_on_the_platform(platform, tmp_path):
     )
     version = register_quick_champion(cli.record["mlflow_url"])
     wait_until(lambda: any(d["dag_id"] == SCORING for d in cli.api("GET", "/dags?limit=100")["dags"]), 180, 3)
-    (tmp_path / "var").symlink_to(cli.state)
-    script = readme_block("**Backfill, one run per day.**")
-    ran = subprocess.run(
-        ["bash", "-euc", script], cwd=tmp_path, env=cli.env, capture_output=True, text=True, timeout=300
-    )
-    assert ran.returncode == 0, output(ran)
-    backfill = max(cli.api("GET", f"/backfills?dag_id={SCORING}")["backfills"], key=lambda b: b["id"])
-    wait_until(lambda: cli.api("GET", f"/backfills/{backfill['id']}").get("completed_at"), 900, 5, "backfill done")
+    run_readme_backfill(cli, tmp_path)
     runs = cli.api("GET", f"/dags/{SCORING}/dagRuns?run_type=backfill&limit=100")["dag_runs"]
     assert sorted((r["logical_date"][:10], r["state"]) for r in runs) == [(ds, "success") for ds in days]
     for ds in days:
-        scored = pads.dataset(str(cli.state / "data" / "predictions" / "mnist" / f"ds={ds}"), format="parquet")
-        table = scored.to_table(columns=["row_id", "model_version"])
+        table, _ = scored_day(cli, ds)
         assert table.num_rows == ROWS and len(set(table.column("row_id").to_pylist())) == ROWS
         assert set(table.column("model_version").to_pylist()) == {version}
+
+
+def test_the_readme_backfill_again_reprocesses_each_day_without_duplicates(platform, tmp_path):
+    """The same commands a second time (they say ``--reprocess-behavior completed``): a new
+    backfill runs every day again and rewrites its predictions, each row still once, by the
+    same champion."""
+    cli, _ = platform
+    before = {ds: scored_day(cli, ds) for ds in README_DAYS}
+    first = max(cli.api("GET", f"/backfills?dag_id={SCORING}")["backfills"], key=lambda b: b["id"])
+    again = run_readme_backfill(cli, tmp_path)
+    assert again["id"] != first["id"]
+    runs = cli.api("GET", f"/dags/{SCORING}/dagRuns?run_type=backfill&limit=100")["dag_runs"]
+    assert {r["logical_date"][:10] for r in runs} == set(README_DAYS)
+    assert {r["state"] for r in runs} == {"success"}
+    for ds in README_DAYS:
+        (old_table, old_files), (table, files) = before[ds], scored_day(cli, ds)
+        assert not set(files) & set(old_files), f"{ds} was not rewritten"
+        assert table.num_rows == ROWS and table.column("row_id").equals(old_table.column("row_id"))
+        assert table.column("model_version").equals(old_table.column("model_version"))
 
 
 def test_down_then_up_keeps_the_state(platform):
