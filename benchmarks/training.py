@@ -76,8 +76,8 @@ def train_job(
             epochs=epochs,
             batch_size=batch,
             num_ranks=num_ranks,
-        ).argv()
-        + ["--bind-cores", bind_cores],
+            bind_cores=bind_cores,
+        ).argv(),
     )
     manifest = json.loads(manifest_path.read_text())
     final = manifest["final_metrics"]

@@ -30,6 +30,7 @@ class TrainArguments:
     holdout_pct: Any = None
     split_seed: Any = None
     checkpoint_dir: Any = None
+    bind_cores: Any = None  # "on" | "off"
     tags: Sequence[str] = ()
 
     def argv(self) -> list[Any]:

@@ -7,10 +7,6 @@ stopping it, come last (collection order)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
-import pyarrow.parquet as pq
 import pytest
 from platform_support import (
     CONF,
@@ -27,10 +23,7 @@ from platform_support import (
 )
 
 import package_jobs
-from local_stack import wait_until
-from spark_jobs import workflows
-from spark_jobs.sample_data import make_rows
-from spark_jobs.schema import curated_arrow_table, partition_path
+from local_stack import wait_until, write_curated_partition
 
 
 @pytest.fixture(scope="session")
@@ -38,12 +31,7 @@ def shared_platform(tmp_path_factory):
     """``(cli, the output of its first up)``; down at the end of the session."""
     cli = PlatformCli(tmp_path_factory.mktemp("platform"))
     cli.env["ML_JOBS_ARCHIVE"] = str(package_jobs.package_jobs(cli.state / "spark_jobs.zip"))
-    wf = workflows.load("mnist")
-    labels, features = make_rows(wf, CURATED_DS, CURATED_ROWS)
-    partition = Path(partition_path(cli.state / "data" / "curated" / "mnist", CURATED_DS))
-    partition.mkdir(parents=True)
-    table = curated_arrow_table(wf, np.arange(CURATED_ROWS), labels, features)
-    pq.write_table(table, partition / "part-00000.parquet")
+    write_curated_partition(cli.state / "data" / "curated" / "mnist", CURATED_DS, CURATED_ROWS)
     first = cli("up")
     try:
         yield cli, first
@@ -60,12 +48,8 @@ def promoted_run(shared_platform):
     from mlflow.exceptions import MlflowException
 
     cli, _ = shared_platform
-    wf = workflows.load("mnist")
-    for i, ds in enumerate(DAYS):
-        labels, features = make_rows(wf, ds, ROWS_PER_DAY, seed=100 + i)
-        partition = Path(partition_path(cli.state / "data" / "curated" / "mnist", ds))
-        partition.mkdir(parents=True)
-        pq.write_table(curated_arrow_table(wf, np.arange(ROWS_PER_DAY), labels, features), partition / "part-0.parquet")
+    for ds in DAYS:
+        write_curated_partition(cli.state / "data" / "curated" / "mnist", ds, ROWS_PER_DAY)
     client = MlflowClient(tracking_uri=cli.record["mlflow_url"])
     try:
         client.delete_registered_model_alias(MODEL, "champion")

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from platform_support import CURATED_DS, MODEL, ON_DEMAND, ON_NEW_CHAMPION, output
+from platform_support import CURATED_DS, MODEL, ON_DEMAND, ON_NEW_CHAMPION, RUN_TIMEOUT_S, output
 
 from local_stack import REPO, wait_until
 
@@ -31,7 +31,6 @@ SCREENSHOTS = REPO / "var" / "screenshots"
 DS = CURATED_DS  # the curated day the platform has (conftest.py)
 # What the form is filled with for the run it triggers: small, quick, no promotion.
 TYPED = {"epochs": "3", "window_days": "1", "end_ds": DS}
-RUN_TIMEOUT_S = 900
 UI_TIMEOUT_MS = 60_000
 # MLflow links that open the model-training view (see the module docstring).
 ML_VIEW = "workflowType=machine_learning"
