@@ -11,6 +11,8 @@ import time
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.driver_output import drain_output_at_exit
+
 log = logging.getLogger(__name__)
 
 # Set by the Airflow operator on the jobs it submits: ``<host>:<pid>:<start time>`` of the
@@ -20,7 +22,10 @@ SUBMITTER_VAR = "ML_SPARK_JOB_SUBMITTER"
 
 def configure_job_logging() -> None:
     """Progress from our own code at INFO; third-party Python logging (Horovod's
-    rendezvous, py4j) only from WARNING, so task logs stay readable."""
+    rendezvous, py4j) only from WARNING, so task logs stay readable. The job's last lines
+    (its error, its traceback) reach the task log: it waits at exit until spark-submit has
+    read them (:mod:`spark_jobs.driver_output`)."""
+    drain_output_at_exit()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("spark_jobs").setLevel(logging.INFO)
 
