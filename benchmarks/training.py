@@ -7,8 +7,8 @@
 - **single process**: the job's own per-rank loop (``spark_jobs.training.loop.train_rank``)
   in this process with a one-process collective, 2 torch threads, over the same shards
   (``label`` and the dense ``features`` column) the job trains on; once with the same
-  global batch as 2 ranks (2 x 32) and once with the per-rank batch (32). The faster one
-  is the baseline.
+  global batch as 2 ranks (2 x the workflow's per-rank batch) and once with the per-rank
+  batch. The faster one is the baseline.
 - **start-up**: submit to rank 0's first optimizer step (wall clock), and what each second
   goes to, from the job manifest's ``timeline`` (``spark_jobs.train.TIMELINE``): the JVM
   starting the driver, imports, the Spark session, data staging, the MLflow run, rank launch,
@@ -24,12 +24,14 @@ from benchmarks.data import write_curated_day
 from benchmarks.env import BenchEnv, Benchmark, SingleProcess, Submitted
 from benchmarks.sizes import Sizes
 from ml_platform.job_arguments import TrainArguments
+from spark_jobs import workflows
 from spark_jobs.train import TIMELINE
 
 DS = "2026-09-01"
 WORKFLOW = "mnist"
 RANKS = 2
-BATCH = 32  # the nightly default, per rank
+# The per-rank batch the workflow declares (spark_jobs/workflows/mnist.toml): what the nightly trains with.
+BATCH = workflows.load(WORKFLOW).model.training.batch_size
 SAME_BATCH = {
     "horovod": "Horovod / single process, same global batch",
     "torch_distributor": "TorchDistributor / single process, same global batch",
@@ -125,7 +127,6 @@ class TrainingBench(Benchmark):
         return write_training_shards(train_df, str(self.root / "shards"), RANKS)
 
     def single_process_sps(self, files: list[str], batch: int) -> float:
-        from spark_jobs import workflows
         from spark_jobs.training.loop import TrainConfig, train_rank
 
         config = TrainConfig.for_workflow(
@@ -199,7 +200,7 @@ class TrainingBench(Benchmark):
             Ratio("horovod_startup", "horovod_wall", "Horovod start-up / job wall time"),
             Ratio("torch_distributor_startup", "horovod_startup", "TorchDistributor start-up / Horovod start-up"),
         ]
-        # Compared at the same global batch (2 x 32 against 64): the same optimizer steps per epoch.
+        # Compared at the same global batch (2 x BATCH against 2 * BATCH): the same optimizer steps per epoch.
         r.targets += [
             Target(
                 "Horovod 2-rank training >= 0.8x of single-process torch (same global batch)",

@@ -66,9 +66,9 @@ class TrainingDefaults:
     """The nightly run's training settings (also the defaults of on-demand runs): the
     workflow's declared epochs, rate and batch size, the platform's ranks, backend and window."""
 
-    epochs: int = 10
-    learning_rate: float = 0.05
-    batch_size: int = 32
+    epochs: int
+    learning_rate: float
+    batch_size: int  # per rank
     num_ranks: int = 0  # 0: one rank per Spark slot
     backend: str = "horovod"  # or "torch_distributor" (Spark's TorchDistributor)
     window_days: int = 3
