@@ -83,17 +83,49 @@ def services_bound_to(host: str) -> Iterator[None]:
             module.find_port = original
 
 
-def _task_mappers_bound_to(host: str, make_mapper: Callable[..., Callable]) -> Callable[..., Callable]:
-    """Horovod's ``_make_mapper`` with each Spark task's task service bound to ``host``."""
+def command_lifetime_counted_from_start() -> None:
+    """Make a Spark task's task service count its minimum command lifetime from the command's
+    start, as its docstring says, not from its end.
+
+    Horovod 0.28.1 keeps each Spark task alive for at least 3 s "after the command started"
+    (``MINIMUM_COMMAND_LIFETIME_S``, so that the driver can still connect to ask for the exit
+    code of a short command), but ``SparkTaskService._run_command`` starts that timer once the
+    command has *ended*: every Gloo run then waits 3 s after its ranks exit before
+    ``horovod.spark.run`` returns, whatever the ranks did. Here the timer starts before the
+    command runs; a command shorter than 3 s still keeps its task that long. Idempotent
+    (Spark reuses a worker process for later tasks)."""
+    from horovod.runner.common.service.task_service import BasicTaskService
+    from horovod.runner.common.util import timeout
+    from horovod.spark.task.task_service import SparkTaskService
+
+    if getattr(SparkTaskService._run_command, "counted_from_start", False):
+        return
+
+    def _run_command(self, command, env, event, *args: Any, **kwargs: Any) -> None:
+        if self._minimum_command_lifetime_s is not None:
+            self._minimum_command_lifetime = timeout.Timeout(
+                self._minimum_command_lifetime_s, message="Just measuring runtime"
+            )
+        BasicTaskService._run_command(self, command, env, event, *args, **kwargs)
+
+    _run_command.counted_from_start = True
+    SparkTaskService._run_command = _run_command
+
+
+def _task_mappers(host: str | None, make_mapper: Callable[..., Callable]) -> Callable[..., Callable]:
+    """Horovod's ``_make_mapper`` with each Spark task's command lifetime counted from the
+    command's start (:func:`command_lifetime_counted_from_start`) and, given a ``host``,
+    its task service bound to it."""
 
     def make(*args: Any, **kwargs: Any) -> Callable:
         mapper = make_mapper(*args, **kwargs)
 
-        def bound_mapper(index, iterator):
-            with services_bound_to(host):
+        def task_mapper(index, iterator):
+            command_lifetime_counted_from_start()
+            with services_bound_to(host) if host else contextlib.nullcontext():
                 yield from mapper(index, iterator)
 
-        return bound_mapper
+        return task_mapper
 
     return make
 
@@ -102,18 +134,20 @@ def run(
     spark: SparkSession, fn: Callable, *, args: tuple, num_proc: int, env: dict[str, str], verbose: int = 1
 ) -> list:
     """``horovod.spark.run(fn, args, num_proc=num_proc, env=env)``; on a loopback-bound
-    Spark driver, with every Horovod socket on that address. Returns each rank's result."""
+    Spark driver, with every Horovod socket on that address; everywhere without Horovod's
+    3 s wait after the ranks exit (:func:`command_lifetime_counted_from_start`). Returns
+    each rank's result."""
     import horovod.spark
     import horovod.spark.runner as spark_runner
 
     host = loopback_bind_address(spark)
-    if host is None:
-        return horovod.spark.run(fn, args=args, num_proc=num_proc, env=env, verbose=verbose)
-    nics = {interface_of(host)}
-    log.info("Horovod services and Gloo bound to %s (%s), as the Spark driver is", host, ", ".join(nics))
     make_mapper = spark_runner._make_mapper
-    spark_runner._make_mapper = _task_mappers_bound_to(host, make_mapper)
+    spark_runner._make_mapper = _task_mappers(host, make_mapper)
     try:
+        if host is None:
+            return horovod.spark.run(fn, args=args, num_proc=num_proc, env=env, verbose=verbose)
+        nics = {interface_of(host)}
+        log.info("Horovod services and Gloo bound to %s (%s), as the Spark driver is", host, ", ".join(nics))
         with services_bound_to(host):
             return horovod.spark.run(fn, args=args, num_proc=num_proc, env=env, verbose=verbose, nics=nics)
     finally:

@@ -62,6 +62,22 @@ def rank_cores(local_rank: int, local_size: int, threads_per_rank: int, allowed:
     return set(allowed[local_rank * threads_per_rank : (local_rank + 1) * threads_per_rank])
 
 
+def process_started_at() -> float | None:
+    """When this process was created, as a ``time.time()`` value to within 10 ms, or None
+    where ``/proc`` does not say (not Linux). From the process's start in clock ticks since
+    boot and the seconds since boot (``/proc/uptime``); psutil's ``create_time`` adds the
+    boot time, which Linux gives in whole seconds, so it can be off by up to a second."""
+    try:
+        with open("/proc/self/stat") as stat:
+            # Field 22 (starttime); the command name (field 2) may hold spaces, so count after ')'.
+            start_ticks = int(stat.read().rpartition(")")[2].split()[19])
+        with open("/proc/uptime") as uptime:
+            since_boot = float(uptime.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (since_boot - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def _bind_horovod_rank(config: TrainConfig) -> None:
     """Bind this rank to its cores (:func:`rank_cores`) before the collective starts its
     threads (Horovod's background thread, Gloo's transport loop), which inherit the binding:
@@ -85,7 +101,7 @@ def horovod_rank(
     config: TrainConfig, shard_files: list[str], mlflow_run_id: str | None, validation_files: list[str] = ()
 ) -> dict:
     """Entry of one Horovod rank (bound to its cores before ``hvd.init``, see :func:`_bind_horovod_rank`)."""
-    started = time.time()
+    started = {"rank_process_started": process_started_at(), "rank_started": time.time()}
     _bind_horovod_rank(config)
     collective = HorovodCollective()
     try:
@@ -102,7 +118,7 @@ def torch_distributor_rank(
 ) -> dict:
     """Entry of one torchrun process. Takes the config as a plain dict: the arguments are
     unpickled before this package is importable (see :func:`_torchrun_entry`)."""
-    started = time.time()
+    started = {"rank_process_started": process_started_at(), "rank_started": time.time()}
     collective = TorchCollective()
     try:
         return train_rank(

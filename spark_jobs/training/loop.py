@@ -155,14 +155,14 @@ def train_rank(
     shard_files: list[str],
     mlflow_run_id: str | None,
     validation_files: list[str] = (),
-    started_at: float | None = None,
+    started: dict[str, float | None] | None = None,
 ) -> dict:
     """Body of one rank, the same for every backend.
 
     Returns the rank's row count, the per-epoch history (identical on every rank: it is
-    all-reduced), the trained weights and its start-up ``timeline`` (wall-clock times: its
-    entry ``started_at`` before the collective was joined, then ``rank_ready``,
-    ``data_loaded`` and ``first_step``; see ``spark_jobs.train.TIMELINE``). Every rank returns
+    all-reduced), the trained weights and its start-up ``timeline`` (wall-clock times: the
+    marks of ``started``, those the rank entry took before the collective was joined, then
+    ``rank_ready``, ``data_loaded`` and ``first_step``; see ``spark_jobs.train.TIMELINE``). Every rank returns
     the weights, which are equal after synchronous updates, because TorchDistributor keeps
     the output of whichever process of its first task finishes last, not necessarily rank 0's.
 
@@ -176,9 +176,8 @@ def train_rank(
     from spark_jobs.training.checkpoints import Checkpoints
     from spark_jobs.training.shards import read_rank_shard
 
-    timeline = {"rank_ready": time.time()}
-    if started_at is not None:
-        timeline = {"rank_started": started_at, **timeline}
+    timeline = {mark: at for mark, at in (started or {}).items() if at is not None}
+    timeline["rank_ready"] = time.time()
     workflow = workflows.load(config.workflow)
     rank, size = collective.rank, collective.size
     device = rank_device(collective.local_rank, config.threads_per_rank)

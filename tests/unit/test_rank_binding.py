@@ -32,3 +32,20 @@ def test_rank_i_takes_the_ith_block_of_the_cores_its_host_ranks_fill(local_rank,
 )
 def test_nothing_is_bound_unless_the_ranks_fill_the_cores_exactly(local_rank, local_size, threads, cores):
     assert rank_cores(local_rank, local_size, threads, cores) == set()
+
+
+def test_a_rank_knows_when_its_process_was_created_to_within_a_few_hundredths_of_a_second():
+    """The start-up timeline's ``rank_process_started`` (``process_started_at``): a process
+    started between two readings of the clock says it was created between them, whatever
+    it imported since (psutil's create_time can be a second off: whole-second boot time)."""
+    import subprocess
+    import sys
+    import time
+
+    from local_stack import REPO
+
+    code = "import time; time.sleep(0.5); from spark_jobs.training.launch import process_started_at as p; print(p())"
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    created = float(out.stdout)
+    assert before - 0.05 <= created <= before + 0.4, (before, created)  # not the 0.5 s it slept
