@@ -130,25 +130,41 @@ def _task_mappers(host: str | None, make_mapper: Callable[..., Callable]) -> Cal
     return make
 
 
+def gloo_built_in_process(verbose: bool = False) -> bool:
+    """Horovod's ``gloo_built`` answered in this process from its torch extension.
+
+    Horovod's own check forks a child per framework extension (tensorflow, torch, mxnet)
+    that imports it, and ``horovod.spark.run`` asks twice (``mpi_built``, then
+    ``gloo_built``): about 2 s of the rank launch on 2 cores, spent importing torch in
+    children. The driver imports torch anyway (it logs the model), once."""
+    import horovod.torch
+
+    return bool(horovod.torch.gloo_built())
+
+
 def run(
     spark: SparkSession, fn: Callable, *, args: tuple, num_proc: int, env: dict[str, str], verbose: int = 1
 ) -> list:
-    """``horovod.spark.run(fn, args, num_proc=num_proc, env=env)``; on a loopback-bound
-    Spark driver, with every Horovod socket on that address; everywhere without Horovod's
-    3 s wait after the ranks exit (:func:`command_lifetime_counted_from_start`). Returns
-    each rank's result."""
+    """``horovod.spark.run(fn, args, num_proc=num_proc, env=env, use_gloo=True)`` (the
+    project builds Horovod with Gloo, without MPI); on a loopback-bound Spark driver, with
+    every Horovod socket on that address; everywhere without Horovod's 3 s wait after the
+    ranks exit (:func:`command_lifetime_counted_from_start`) and with its Gloo check made in
+    this process (:func:`gloo_built_in_process`). Returns each rank's result."""
+    import horovod.runner.launch as launch
     import horovod.spark
     import horovod.spark.runner as spark_runner
 
     host = loopback_bind_address(spark)
-    make_mapper = spark_runner._make_mapper
+    make_mapper, gloo_built = spark_runner._make_mapper, launch.gloo_built
     spark_runner._make_mapper = _task_mappers(host, make_mapper)
+    launch.gloo_built = gloo_built_in_process
+    options = {"num_proc": num_proc, "env": env, "verbose": verbose, "use_gloo": True}
     try:
         if host is None:
-            return horovod.spark.run(fn, args=args, num_proc=num_proc, env=env, verbose=verbose)
+            return horovod.spark.run(fn, args=args, **options)
         nics = {interface_of(host)}
         log.info("Horovod services and Gloo bound to %s (%s), as the Spark driver is", host, ", ".join(nics))
         with services_bound_to(host):
-            return horovod.spark.run(fn, args=args, num_proc=num_proc, env=env, verbose=verbose, nics=nics)
+            return horovod.spark.run(fn, args=args, nics=nics, **options)
     finally:
-        spark_runner._make_mapper = make_mapper
+        spark_runner._make_mapper, launch.gloo_built = make_mapper, gloo_built

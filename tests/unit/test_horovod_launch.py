@@ -1,11 +1,17 @@
-"""A Horovod Spark task ends when its rank's command does, not 3 s later
-(``spark_jobs.horovod_launch.command_lifetime_counted_from_start``).
+"""What ``spark_jobs.horovod_launch`` changes in Horovod's Spark launch, against Horovod's
+own services.
+
+A Horovod Spark task ends when its rank's command does, not 3 s later
+(``command_lifetime_counted_from_start``).
 
 Horovod 0.28.1's ``SparkTaskService`` keeps a task alive for a minimum time "after the
 command started" so that the driver can still ask for a short command's exit code, but
 starts that timer when the command has ended: ``horovod.spark.run`` then returned 3 s after
 every Gloo run's ranks exited. The task service here is Horovod's own, on loopback, running
 real shell commands; the minimum lifetime is 1 s instead of 3 to keep the test short.
+
+The Gloo check is answered in the driver's process (``gloo_built_in_process``) instead of
+in forked children that import every framework extension; it must give Horovod's answer.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import time
 
 import pytest
 
-from spark_jobs.horovod_launch import command_lifetime_counted_from_start, services_bound_to
+from spark_jobs.horovod_launch import command_lifetime_counted_from_start, gloo_built_in_process, services_bound_to
 
 MINIMUM_S = 1.0
 
@@ -63,3 +69,10 @@ def test_a_short_command_still_keeps_its_task_for_the_minimum_from_its_start(cou
     command_ended, task_ended = command_and_task_end("true")
     assert command_ended < MINIMUM_S
     assert MINIMUM_S - 0.05 <= task_ended < MINIMUM_S + 0.5, (command_ended, task_ended)
+
+
+def test_the_in_process_gloo_check_gives_horovods_own_answer():
+    from horovod.common.util import gloo_built
+
+    assert gloo_built_in_process() is True  # the project's build: Gloo, no MPI
+    assert gloo_built_in_process() == gloo_built()
