@@ -200,7 +200,8 @@ class TrainingBench(Benchmark):
             Ratio("horovod_startup", "horovod_wall", "Horovod start-up / job wall time"),
             Ratio("torch_distributor_startup", "horovod_startup", "TorchDistributor start-up / Horovod start-up"),
         ]
-        # Compared at the same global batch (2 x BATCH against 2 * BATCH): the same optimizer steps per epoch.
+        # Compared at the same global batch (RANKS ranks x BATCH against one process at RANKS * BATCH):
+        # the same optimizer steps per epoch.
         r.targets += [
             Target(
                 "Horovod 2-rank training >= 0.8x of single-process torch (same global batch)",

@@ -1,4 +1,6 @@
-"""``horovod.spark.run`` that keeps every Horovod socket on loopback when Spark is.
+"""``horovod.spark.run`` that keeps every Horovod socket on loopback when Spark is, and
+launches faster: without Horovod's 3 s wait after the ranks exit and without its forked
+Gloo checks (:func:`command_lifetime_counted_from_start`, :func:`gloo_built_in_process`).
 
 Horovod 0.28.1 binds the services of a Spark run to all interfaces: the driver service
 (in the Spark driver), a task service in every Spark task and the Gloo rendezvous server
