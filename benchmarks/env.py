@@ -71,6 +71,11 @@ class SingleProcess:
     def distribute(self, model, optimizer):
         return model, optimizer
 
+    def step(self, optimizer, parameters, max_norm):
+        from spark_jobs.training.collectives import clipped_step
+
+        clipped_step(optimizer, parameters, max_norm)
+
     def close(self) -> None:
         """Nothing to tear down."""
 

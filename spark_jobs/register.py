@@ -380,6 +380,8 @@ def main(argv: list[str] | None = None) -> None:
                 "data_end_ds": args.end_ds,
                 "git_revision": args.git_revision,
                 "airflow_run_id": args.airflow_run_id,
+                # The epoch whose weights this version holds, and why training ended there.
+                **{key: str(trained[key]) for key in ("best_epoch", "stop_reason") if key in trained},
             },
         )
         compare = HoldoutComparison(

@@ -10,14 +10,17 @@ rank), then starts N ranks on Spark executors with one of two backends:
 Both run the same per-rank loop (:mod:`spark_jobs.training.loop`) on the model, loss and
 training defaults the workflow declares (``--workflow``; ``--epochs`` etc. override its
 defaults). The window's held-out rows (:mod:`spark_jobs.dataset`), which no rank trains on,
-are the validation rows: evaluated after every epoch, they give the validation curve that
-ends at the held-out metric the register job gates on (the same rows and weights; nothing
-is chosen by them, no early stopping). Rank 0 logs per-epoch training and validation
-metrics to the MLflow run as it goes; the driver logs the model (tensor signature, input
-example, the workflow in its metadata) only after every rank has finished, so a failed
-rank never leaves a partial model behind. The run is named after the DAG run and window
-that made it, with the training and validation rows as its datasets
-(:mod:`spark_jobs.tracking`).
+are the validation rows: evaluated after every epoch, they give the validation curve, choose
+the model (the epoch with the best validation metric, restored on every rank), and drive
+early stopping and the divergence guard (:mod:`spark_jobs.training.policy`); the register
+job gates on the same rows and weights. Rank 0 logs per-epoch training and validation
+metrics to the MLflow run as it goes; the driver logs the best epoch's model (tensor
+signature, input example, the workflow in its metadata) only after every rank has finished,
+so a failed rank never leaves a partial model behind, and tags the run with ``best_epoch``
+and ``stop_reason``. A run in which no epoch was usable (a non-finite loss from the first
+epoch) fails with :class:`TrainingDiverged`, logging no model: nothing can be registered.
+The run is named after the DAG run and window that made it, with the training and
+validation rows as its datasets (:mod:`spark_jobs.tracking`).
 
 With ``--checkpoint-dir`` (any fsspec URL: a local path, ``abfs://container/path`` through
 adlfs, ...) rank 0 also writes a checkpoint after every epoch, and a restarted job (an
@@ -66,6 +69,28 @@ TIMELINE = {
     "data_loaded": "rank 0's shard in tensors, model built and broadcast",
     "first_step": "rank 0's first optimizer step done",
 }
+
+
+# Run tags (and manifest keys) naming the epoch whose weights were logged, and why training ended.
+TAG_BEST_EPOCH = "best_epoch"
+TAG_STOP_REASON = "stop_reason"
+
+
+class TrainingDiverged(RuntimeError):
+    """No epoch of the run was usable: nothing was logged, nothing can be registered."""
+
+
+def best_epoch_or_fail(rank0: dict, config: TrainConfig) -> dict:
+    """The history entry of the best epoch; :class:`TrainingDiverged`, in one line saying
+    what to change, when no epoch was usable."""
+    if rank0["state_dict"] is None or not rank0["best_epoch"]:
+        notes = "; ".join(rank0.get("stop_notes") or []) or "no epoch finished"
+        raise TrainingDiverged(
+            f"training diverged with no usable epoch ({notes}); no model was logged and nothing will be "
+            f"registered: lower the learning rate (it was {config.learning_rate:g} per rank, "
+            f"{config.optimizer}), add a warm-up or clip_grad_norm in [model.training]"
+        )
+    return next(entry for entry in rank0["history"] if entry["epoch"] == rank0["best_epoch"])
 
 
 def _parse_tag(value: str) -> tuple[str, str]:
@@ -204,6 +229,9 @@ def main(argv: list[str] | None = None, started_at: float | None = None) -> None
             "validation_rows": rows["validation"],
             "num_ranks": num_ranks,
             "resumed_from_epoch": rank0["resumed_from_epoch"],
+            "best_epoch": rank0["best_epoch"],
+            "stop_reason": rank0["stop_reason"],
+            "best_metrics": best_epoch_or_fail(rank0, config),
             "final_metrics": rank0["history"][-1],
             "timeline": {**timeline, **rank0["timeline"]},
             "rank0_cores": rank0["cores"],
@@ -287,6 +315,16 @@ def train_and_log(spark, args, config, datasets, shards, num_ranks, rows, timeli
         timeline["ranks_launched"] = time.time()
         rank0 = run_ranks(
             args.backend, spark, config, shards["training"], num_ranks, run.info.run_id, shards["validation"]
+        )
+        mlflow.set_tag(TAG_STOP_REASON, rank0["stop_reason"])
+        best = best_epoch_or_fail(rank0, config)  # raises: the run ends FAILED, with no model
+        mlflow.set_tag(TAG_BEST_EPOCH, str(rank0["best_epoch"]))
+        log.info(
+            "best epoch %d of %d (%s): %s",
+            rank0["best_epoch"],
+            len(rank0["history"]),
+            rank0["stop_reason"],
+            {k: v for k, v in best.items() if k.startswith("val_")},
         )
         model_uri = log_trained_model(args.workflow, rank0["state_dict"], datasets["training"])
     if config.checkpoint_dir:

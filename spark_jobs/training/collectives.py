@@ -35,7 +35,23 @@ class Collective(Protocol):
         such that each step applies the gradients averaged over all ranks."""
         ...
 
+    def step(self, optimizer: Any, parameters: list[torch.nn.Parameter], max_norm: float) -> None:
+        """One optimizer step on the averaged gradients, their norm first clipped to
+        ``max_norm`` when it is above 0 (:func:`clipped_step`)."""
+        ...
+
     def close(self) -> None: ...
+
+
+def clipped_step(optimizer: Any, parameters: list[torch.nn.Parameter], max_norm: float) -> None:
+    """``optimizer.step()`` after clipping the gradients' L2 norm to ``max_norm`` (0: no
+    clipping), for a backend whose gradients are averaged once backward returns (DDP, one
+    process)."""
+    if max_norm > 0:
+        import torch
+
+        torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    optimizer.step()
 
 
 class HorovodCollective:
@@ -63,6 +79,19 @@ class HorovodCollective:
         self._hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self._hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, self._hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+    def step(self, optimizer, parameters, max_norm):
+        """Horovod averages gradients asynchronously: clipping must wait for the averages
+        (``synchronize``), then step without averaging again (Horovod's documented recipe)."""
+        if max_norm <= 0:
+            optimizer.step()
+            return
+        import torch
+
+        optimizer.synchronize()
+        torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+        with optimizer.skip_synchronize():
+            optimizer.step()
 
     def close(self) -> None:
         """Nothing to do: ``horovod.spark.run`` tears the ranks down."""
@@ -107,11 +136,16 @@ class TorchCollective:
         from torch.nn.parallel import DistributedDataParallel
 
         # One explicit broadcast of rank 0's parameters and buffers (init_sync=False stops
-        # DDP from doing it again). SGD has no optimizer state before its first step.
+        # DDP from doing it again). No optimizer has state before its first step; a resumed
+        # one loaded the same checkpoint file on every rank.
         for tensor in model.state_dict().values():
             self._dist.broadcast(tensor, src=0)
         device_ids = [self._device] if self._device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids, init_sync=False), optimizer
+
+    def step(self, optimizer, parameters, max_norm):
+        """DDP's gradients are averaged when backward returns."""
+        clipped_step(optimizer, parameters, max_norm)
 
     def close(self) -> None:
         if self._dist.is_initialized():

@@ -16,7 +16,15 @@ losses:
 After each epoch the ranks evaluate the validation rows (the window's held-out rows, which
 no rank trains on, see :mod:`spark_jobs.train`), each its own files of them, and all-reduce
 the sums: ``val_loss`` and ``val_accuracy`` / ``val_rmse`` beside the training metrics, the
-same value on every rank, logged by rank 0 with ``step=epoch``.
+same value on every rank, logged by rank 0 with ``step=epoch``, with the learning rate
+(``learning_rate``, at the epoch's last step).
+
+The optimizer, the schedule of the rank-scaled rate, gradient clipping, early stopping and
+the divergence guard are the workflow's ``[model.training]`` (:class:`TrainConfig`,
+:mod:`spark_jobs.training.policy`). The weights returned are those of the **best epoch** by
+the validation metric, never simply the last: every rank keeps a copy of them (the same on
+every rank: the updates are synchronous) and restores it at the end, checked across ranks.
+A run with no usable epoch (every epoch's loss non-finite) returns no weights.
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
+
+from spark_jobs.training.policy import COMPLETED, EpochMonitor, rate_factor
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +54,20 @@ class TrainConfig:
     # Base rate, scaled by the number of ranks.
     learning_rate: float
     batch_size: int  # per rank
-    momentum: float
+    # The rest of the workflow's [model.training] (spark_jobs.workflows.Training).
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    clip_grad_norm: float = 0.0
+    warmup_epochs: float = 0.0
+    schedule: str = "constant"
+    step_epochs: int = 1
+    gamma: float = 0.1
+    early_stopping_patience: int = 0
+    early_stopping_min_delta: float = 0.0
+    divergence_factor: float = 4.0
+    divergence_patience: int = 2
     seed: int = 42
     threads_per_rank: int = 1
     checkpoint_dir: str | None = None
@@ -54,16 +77,43 @@ class TrainConfig:
 
     @classmethod
     def for_workflow(cls, workflow: Workflow, **overrides) -> TrainConfig:
-        """The workflow's ``[model.training]`` defaults, with the ``overrides`` that are not None."""
-        training = workflow.model.training
-        defaults = {
-            "epochs": training.epochs,
-            "learning_rate": training.learning_rate,
-            "batch_size": training.batch_size,
-            "momentum": training.momentum,
-        }
+        """The workflow's ``[model.training]``, with the ``overrides`` that are not None."""
+        defaults = asdict(workflow.model.training)
         given = {key: value for key, value in overrides.items() if value is not None}
         return cls(workflow=workflow.name, **{**defaults, **given})
+
+    def build_optimizer(self, parameters, size: int) -> torch.optim.Optimizer:
+        """The declared optimizer at the rank-scaled rate (``learning_rate * size``)."""
+        import torch
+
+        rate = self.learning_rate * size
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(parameters, lr=rate, momentum=self.momentum, weight_decay=self.weight_decay)
+        kind = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[self.optimizer]
+        return kind(parameters, lr=rate, betas=tuple(self.betas), weight_decay=self.weight_decay)
+
+    def rate_factor(self, step: int, steps_per_epoch: int) -> float:
+        """The schedule's multiple of the rank-scaled rate at global step ``step``."""
+        return rate_factor(
+            step,
+            steps_per_epoch,
+            self.epochs,
+            warmup_epochs=self.warmup_epochs,
+            schedule=self.schedule,
+            step_epochs=self.step_epochs,
+            gamma=self.gamma,
+        )
+
+    def monitor(self, workflow: Workflow) -> EpochMonitor:
+        """The best-epoch and stopping policy on the workflow's validation metric."""
+        return EpochMonitor(
+            metric=f"val_{workflow.metric.name}",
+            higher_is_better=workflow.metric.direction == "max",
+            patience=self.early_stopping_patience,
+            min_delta=self.early_stopping_min_delta,
+            divergence_factor=self.divergence_factor,
+            divergence_patience=self.divergence_patience,
+        )
 
 
 def rank_device(local_rank: int, threads_per_rank: int) -> torch.device:
@@ -160,14 +210,18 @@ def train_rank(
     """Body of one rank, the same for every backend.
 
     Returns the rank's row count, the per-epoch history (identical on every rank: it is
-    all-reduced), the trained weights and its start-up ``timeline`` (wall-clock times: the
+    all-reduced), the best epoch (``best_epoch``, 0 when no epoch was usable), why training
+    ended (``stop_reason``, with ``stop_notes``), the best epoch's weights (``state_dict``,
+    None when no epoch was usable) and its start-up ``timeline`` (wall-clock times: the
     marks of ``started``, those the rank entry took before the collective was joined, then
-    ``rank_ready``, ``data_loaded`` and ``first_step``; see ``spark_jobs.train.TIMELINE``). Every rank returns
-    the weights, which are equal after synchronous updates, because TorchDistributor keeps
-    the output of whichever process of its first task finishes last, not necessarily rank 0's.
+    ``rank_ready``, ``data_loaded`` and ``first_step``; see ``spark_jobs.train.TIMELINE``).
+    Every rank returns the weights, which are equal after synchronous updates (checked),
+    because TorchDistributor keeps the output of whichever process of its first task
+    finishes last, not necessarily rank 0's.
 
     With checkpoints, every rank starts from the latest one (the same file, so the same
-    state on every rank) and skips the epochs it covers; rank 0 writes one per epoch.
+    state on every rank: weights, optimizer, the best epoch so far and the stopping
+    policy's state) and skips the epochs it covers; rank 0 writes one per epoch.
     """
     import numpy as np
     import torch
@@ -197,7 +251,10 @@ def train_rank(
     objective = OBJECTIVES[workflow.model.loss]()
 
     net = workflows.model_factory(workflow)().to(device)
-    optimizer = torch.optim.SGD(net.parameters(), lr=config.learning_rate * size, momentum=config.momentum)
+    optimizer = config.build_optimizer(net.parameters(), size)
+    base_rates = [group["lr"] for group in optimizer.param_groups]
+    monitor = config.monitor(workflow)
+    best_state = None
     checkpoints = Checkpoints(config.checkpoint_dir) if config.checkpoint_dir else None
     start_epoch, history = 0, []
     if checkpoints is not None:
@@ -208,8 +265,15 @@ def train_rank(
             net.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             history = state["history"]
+            if "monitor" in state:  # checkpoints of older versions have no best epoch
+                monitor = EpochMonitor.from_state(state["monitor"])
+                best_state = state["best_model"]
             if rank == 0:
-                print(f"[rank 0] resuming after epoch {start_epoch} from {checkpoints.url}", flush=True)
+                print(
+                    f"[rank 0] resuming after epoch {start_epoch} from {checkpoints.url} "
+                    f"(best epoch so far {monitor.best_epoch})",
+                    flush=True,
+                )
     model, optimizer = collective.distribute(net, optimizer)
     timeline["data_loaded"] = time.time()
 
@@ -221,19 +285,25 @@ def train_rank(
     generator = torch.Generator().manual_seed(config.seed + rank)
     for _ in range(start_epoch):  # the shuffles of the epochs done, as an unbroken run drew them
         torch.randperm(len(labels), generator=generator)
+    parameters = list(net.parameters())
     training_seconds = 0.0
-    for epoch in range(start_epoch + 1, config.epochs + 1):
+    epoch = start_epoch
+    while monitor.stop_reason is None and epoch < config.epochs:
+        epoch += 1
         epoch_started = time.perf_counter()
         model.train()
         order = torch.randperm(len(labels), generator=generator).to(device)
         loss_sum, hits, seen = 0.0, 0, 0
         for step in range(steps):
+            factor = config.rate_factor((epoch - 1) * steps + step, steps)
+            for group, base in zip(optimizer.param_groups, base_rates, strict=True):
+                group["lr"] = base * factor
             idx = order[step * config.batch_size : (step + 1) * config.batch_size]
             optimizer.zero_grad()
             output = model(x_all[idx])
             loss = objective.loss(output, y_all[idx])
             loss.backward()
-            optimizer.step()
+            collective.step(optimizer, parameters, config.clip_grad_norm)
             if "first_step" not in timeline:
                 timeline["first_step"] = time.time()
             loss_sum += loss.item() * len(idx)
@@ -247,23 +317,69 @@ def train_rank(
         metrics = objective.metrics(total_loss, total_hits, total_seen)
         if val_seen:
             metrics.update(objective.metrics(val_loss, val_hits, val_seen, prefix="val"))
+        metrics["learning_rate"] = optimizer.param_groups[0]["lr"]
         metrics["samples_per_second"] = total_seen * (epoch - start_epoch) / training_seconds
         history.append({"epoch": epoch, **metrics})
+        # No held-out rows (the driver warned): the training metrics choose the epoch.
+        observed = metrics if val_seen else {**metrics, **objective.metrics(total_loss, total_hits, total_seen, "val")}
+        if monitor.observe(epoch, observed):
+            best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
         if client is not None:
             for key, value in metrics.items():
-                client.log_metric(mlflow_run_id, key, value, step=epoch)
-            print(f"[rank 0] epoch {epoch}/{config.epochs} {metrics}", flush=True)
+                if math.isfinite(value):  # MLflow stores no NaN on every store; the guard says why
+                    client.log_metric(mlflow_run_id, key, value, step=epoch)
+            best = f"best epoch {monitor.best_epoch}" + (
+                f", stopping: {monitor.stop_reason}" if monitor.stop_reason else ""
+            )
+            print(f"[rank 0] epoch {epoch}/{config.epochs} {metrics} ({best})", flush=True)
         if checkpoints is not None and rank == 0:
-            state = {"epoch": epoch, "model": net.state_dict(), "optimizer": optimizer.state_dict(), "history": history}
+            state = {
+                "epoch": epoch,
+                "model": net.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "history": history,
+                "monitor": monitor.state(),
+                "best_model": best_state,
+            }
             checkpoints.save(epoch, state)
 
+    if best_state is not None:
+        net.load_state_dict(best_state)
+        check_same_weights(collective, net)
     return {
         "rank": rank,
         "rows": len(labels),
         "steps_per_epoch": steps,
         "resumed_from_epoch": start_epoch,
         "history": history,
+        "best_epoch": monitor.best_epoch,
+        "stop_reason": monitor.stop_reason or COMPLETED,
+        "stop_notes": list(monitor.notes),
         "timeline": timeline,
         "cores": sorted(os.sched_getaffinity(0)),  # the CPU cores this rank ran on
-        "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()},
+        "state_dict": None if best_state is None else {k: v.detach().cpu() for k, v in net.state_dict().items()},
     }
+
+
+def weights_checksum(net: torch.nn.Module) -> float:
+    """A float64 sum of every weight, position-weighted, so that a swap of values changes it."""
+    import torch
+
+    total = 0.0
+    for index, tensor in enumerate(net.state_dict().values()):
+        values = tensor.detach().double().flatten()
+        positions = torch.arange(1, len(values) + 1, dtype=torch.float64, device=values.device)
+        total += (index + 1) * float((values * positions.sin()).sum())
+    return total
+
+
+def check_same_weights(collective: Collective, net: torch.nn.Module) -> None:
+    """Raise when the restored best weights differ between ranks: the sum over the ranks of
+    each rank's checksum must be ``size`` times this rank's."""
+    mine = weights_checksum(net)
+    (total,) = collective.allreduce_sum([mine])
+    if not math.isclose(total, collective.size * mine, rel_tol=1e-9, abs_tol=1e-9):
+        raise RuntimeError(
+            f"rank {collective.rank}: the best epoch's weights differ between ranks "
+            f"(checksum {mine!r}, mean over ranks {total / collective.size!r})"
+        )

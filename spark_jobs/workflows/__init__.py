@@ -23,8 +23,24 @@ backfills) is shared code that reads it. Keys:
     ``registered_name`` (the registered model and experiment; default the name),
     ``factory`` (``module:callable`` returning the ``torch.nn.Module`` to train; it takes
     the features tensor ``[batch, *shape]`` in their stored dtype and must be TorchScript-able),
-    ``loss`` (``nll`` on log-probabilities, ``mse``) and ``[model.training]`` defaults (``epochs``, ``learning_rate``,
-    ``batch_size``, ``momentum``).
+    ``loss`` (``nll`` on log-probabilities, ``mse``) and ``[model.training]``: how the model is
+    trained (:class:`Training`; every key is checked, an unknown one is refused):
+
+    - ``epochs``, ``batch_size`` (per rank), ``learning_rate`` (the base rate, scaled by the
+      number of ranks);
+    - ``optimizer``: ``sgd`` (with ``momentum``, default 0), ``adam`` or ``adamw`` (with
+      ``betas``, default ``[0.9, 0.999]``); ``weight_decay`` (default 0; decoupled for adamw);
+    - ``clip_grad_norm``: the largest L2 norm of the averaged gradients (default 0: none);
+    - ``[model.training.schedule]``: ``warmup_epochs`` (a linear warm-up, per step, from a
+      small rate to the rank-scaled one; default 0) and ``kind`` (``constant``, ``cosine``
+      to zero at the last epoch, or ``step``: times ``gamma`` every ``step_epochs``);
+    - ``[model.training.early_stopping]``: ``patience`` epochs without an improvement of the
+      validation metric by more than ``min_delta`` stop training (default patience 0: never);
+    - ``[model.training.divergence]``: a non-finite loss, or a validation loss above
+      ``factor`` times the lowest so far for ``patience`` epochs in a row, stops training
+      (defaults 4.0 and 2).
+
+    Whatever stops it, the model kept is the epoch with the best validation metric.
 ``[metric]``
     ``name`` and ``direction`` (``max`` or ``min``) of the held-out metric.
 ``[promotion]``
@@ -132,12 +148,30 @@ class TensorFeatures:
         return np.array([c.max for c in self.columns], dtype=np.float64)
 
 
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("constant", "cosine", "step")
+
+
 @dataclass(frozen=True)
 class Training:
+    """``[model.training]``: how a workflow's model is trained (see the module docstring)."""
+
     epochs: int
     learning_rate: float
     batch_size: int
-    momentum: float
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    clip_grad_norm: float = 0.0
+    warmup_epochs: float = 0.0
+    schedule: str = "constant"
+    step_epochs: int = 1
+    gamma: float = 0.1
+    early_stopping_patience: int = 0
+    early_stopping_min_delta: float = 0.0
+    divergence_factor: float = 4.0
+    divergence_patience: int = 2
 
 
 @dataclass(frozen=True)
@@ -247,12 +281,7 @@ def parse_workflow(data: dict, source: str) -> Workflow:
         factory=_get(model_t, "factory", str, f"{source} [model]"),
         loss=_choice(model_t, "loss", LOSSES, f"{source} [model]"),
         registered_name=model_t.get("registered_name", name),
-        training=Training(
-            epochs=_get(training_t, "epochs", int, src),
-            learning_rate=float(_get(training_t, "learning_rate", number, src)),
-            batch_size=_get(training_t, "batch_size", int, src),
-            momentum=float(_get(training_t, "momentum", number, src)),
-        ),
+        training=parse_training(training_t, src),
     )
     metric_t = _section(data, "metric", source)
     metric = Metric(
@@ -283,6 +312,103 @@ def parse_workflow(data: dict, source: str) -> Workflow:
         promotion=promotion,
         output=output,
     )
+
+
+def _known_keys(table: dict, allowed: tuple[str, ...], source: str) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise WorkflowError(f"{source}: unknown key {unknown[0]!r}, allowed: {', '.join(allowed)}")
+
+
+def _bounded(table: dict, key: str, kind, source: str, *, low=None, high=None, low_open=False, high_open=False):
+    """``table[key]`` of ``kind`` within ``low``..``high`` (open ends where said); the error
+    names the key and the allowed range."""
+    value = _get(table, key, kind, source)
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high or (isinstance(value, float) and not math.isfinite(value)):
+        lower = "" if low is None else f"{'>' if low_open else '>='} {low}"
+        upper = "" if high is None else f"{'<' if high_open else '<='} {high}"
+        allowed = " and ".join(filter(None, [lower, upper]))
+        raise WorkflowError(f"{source}: {key!r} is {value!r}, allowed: {allowed}")
+    return value
+
+
+TRAINING_KEYS = (
+    "epochs",
+    "learning_rate",
+    "batch_size",
+    "optimizer",
+    "momentum",
+    "betas",
+    "weight_decay",
+    "clip_grad_norm",
+    "schedule",
+    "early_stopping",
+    "divergence",
+)
+
+
+def parse_training(table: dict, source: str) -> Training:
+    """``[model.training]`` and its sub-tables as a :class:`Training`; every key checked,
+    unknown keys refused, each error naming the key and what is allowed."""
+    number = (int, float)
+    _known_keys(table, TRAINING_KEYS, source)
+    epochs = _bounded(table, "epochs", int, source, low=1, high=1000)
+    given: dict = {
+        "epochs": epochs,
+        "learning_rate": float(_bounded(table, "learning_rate", number, source, low=0, high=10, low_open=True)),
+        "batch_size": _bounded(table, "batch_size", int, source, low=1, high=65536),
+    }
+    optimizer = _choice(table, "optimizer", OPTIMIZERS, source) if "optimizer" in table else "sgd"
+    given["optimizer"] = optimizer
+    if "momentum" in table:
+        if optimizer != "sgd":
+            raise WorkflowError(
+                f"{source}: 'momentum' applies to optimizer 'sgd' only, not {optimizer!r} (see 'betas')"
+            )
+        given["momentum"] = float(_bounded(table, "momentum", number, source, low=0, high=1, high_open=True))
+    if "betas" in table:
+        if optimizer == "sgd":
+            raise WorkflowError(f"{source}: 'betas' applies to optimizers 'adam' and 'adamw' only (see 'momentum')")
+        betas = _get(table, "betas", list, source)
+        if len(betas) != 2 or not all(isinstance(b, number) and not isinstance(b, bool) and 0 <= b < 1 for b in betas):
+            raise WorkflowError(f"{source}: 'betas' is {betas!r}, allowed: two numbers >= 0 and < 1")
+        given["betas"] = (float(betas[0]), float(betas[1]))
+    for key in ("weight_decay", "clip_grad_norm"):
+        if key in table:
+            given[key] = float(_bounded(table, key, number, source, low=0))
+    if "schedule" in table:
+        sub = f"{source.removesuffix(']')}.schedule]"
+        schedule = _get(table, "schedule", dict, source)
+        _known_keys(schedule, ("kind", "warmup_epochs", "step_epochs", "gamma"), sub)
+        kind = _choice(schedule, "kind", SCHEDULES, sub) if "kind" in schedule else "constant"
+        given["schedule"] = kind
+        if "warmup_epochs" in schedule:
+            given["warmup_epochs"] = float(
+                _bounded(schedule, "warmup_epochs", number, sub, low=0, high=epochs, high_open=True)
+            )
+        if kind != "step" and ({"step_epochs", "gamma"} & set(schedule)):
+            raise WorkflowError(f"{sub}: 'step_epochs' and 'gamma' apply to kind 'step' only, not {kind!r}")
+        if kind == "step":
+            given["step_epochs"] = _bounded(schedule, "step_epochs", int, sub, low=1)
+            given["gamma"] = float(_bounded(schedule, "gamma", number, sub, low=0, high=1, low_open=True))
+    if "early_stopping" in table:
+        sub = f"{source.removesuffix(']')}.early_stopping]"
+        stopping = _get(table, "early_stopping", dict, source)
+        _known_keys(stopping, ("patience", "min_delta"), sub)
+        given["early_stopping_patience"] = _bounded(stopping, "patience", int, sub, low=1)
+        if "min_delta" in stopping:
+            given["early_stopping_min_delta"] = float(_bounded(stopping, "min_delta", number, sub, low=0))
+    if "divergence" in table:
+        sub = f"{source.removesuffix(']')}.divergence]"
+        divergence = _get(table, "divergence", dict, source)
+        _known_keys(divergence, ("factor", "patience"), sub)
+        if "factor" in divergence:
+            given["divergence_factor"] = float(_bounded(divergence, "factor", number, sub, low=1, low_open=True))
+        if "patience" in divergence:
+            given["divergence_patience"] = _bounded(divergence, "patience", int, sub, low=1)
+    return Training(**given)
 
 
 def _parse_features(table: dict, source: str) -> TensorFeatures:

@@ -76,9 +76,12 @@ def work_dir(stack: dict, workflow: str, backend: str) -> Path:
     return stack["root"] / f"{workflow}-{backend}"
 
 
-def submit_training(stack: dict, workflow: str, backend: str) -> tuple[subprocess.CompletedProcess, Path, float]:
-    """spark-submit the train entry point the way the DAG does; returns (process, manifest, seconds)."""
-    work = work_dir(stack, workflow, backend)
+def submit_training(
+    stack: dict, workflow: str, backend: str, name: str = ""
+) -> tuple[subprocess.CompletedProcess, Path, float]:
+    """spark-submit the train entry point the way the DAG does (in a work folder of its own
+    per ``name``); returns (process, manifest, seconds)."""
+    work = work_dir(stack, workflow, backend).with_name(work_dir(stack, workflow, backend).name + name)
     work.mkdir()
     manifest = work / "train.json"
     args = TrainArguments(
@@ -348,6 +351,32 @@ def test_the_held_out_rows_are_evaluated_every_epoch(training_stack, trained, wo
     curve = metric_values(client, manifest["run_id"], VAL_METRIC[workflow])
     assert len(curve) == EPOCHS[workflow] and curve[0] != curve[-1], curve
     assert manifest["final_metrics"][VAL_METRIC[workflow]] == curve[-1]
+    best = (max if workflow == "mnist" else min)(curve)
+    assert manifest["best_metrics"][VAL_METRIC[workflow]] == best
+    assert manifest["best_metrics"]["epoch"] == manifest["best_epoch"] == curve.index(best) + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_same_window_seed_backend_and_ranks_give_the_same_held_out_metric(training_stack, trained, backend):
+    """Reproducible: a second run of the same job trains the same epochs to the same
+    validation curve, keeps the same best epoch and logs weights with the same held-out
+    metric, to the bit."""
+    from mlflow import MlflowClient
+
+    _, first = trained("mnist", backend)
+    proc, again_path, _ = submit_training(training_stack, "mnist", backend, name="again")
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    again = json.loads(again_path.read_text())
+    assert again["run_id"] != first["run_id"]
+    assert again["best_epoch"] == first["best_epoch"]
+
+    def learned(metrics: dict) -> dict:  # everything but the throughput
+        return {k: v for k, v in metrics.items() if k != "samples_per_second"}
+
+    assert learned(again["best_metrics"]) == learned(first["best_metrics"])
+    client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
+    curves = [metric_values(client, m["run_id"], "val_loss") for m in (first, again)]
+    assert curves[0] == curves[1]
 
 
 @pytest.mark.parametrize("workflow", WORKFLOWS)
@@ -402,8 +431,14 @@ def test_the_register_job_logs_mlflows_evaluation_of_a_classifier_to_the_trainin
     )
     assert metrics["holdout_accuracy_score"] == pytest.approx(registration["holdout_value"], abs=1e-9)
     assert {"holdout_f1_score", "holdout_precision_score", "holdout_recall_score"} <= set(metrics)
-    # The validation curve ends where the gate's number is: the same rows, the same weights.
-    assert metric_values(client, run.info.run_id, "val_accuracy")[-1] == pytest.approx(registration["holdout_value"])
+    # The gate's number is the best epoch's on the validation curve: the same rows, the
+    # same weights (the best epoch's, restored before logging), tagged on run and version.
+    best = int(run.data.tags["best_epoch"])
+    curve = metric_values(client, run.info.run_id, "val_accuracy")
+    assert best == curve.index(max(curve)) + 1
+    assert curve[best - 1] == pytest.approx(registration["holdout_value"])
+    version = client.get_model_version(registration["model_name"], registration["version"])
+    assert version.tags["best_epoch"] == str(best) and version.tags["stop_reason"] == run.data.tags["stop_reason"]
 
     folder = Path(
         mlflow.artifacts.download_artifacts(
@@ -428,8 +463,10 @@ def test_the_register_job_logs_mlflows_evaluation_of_a_regressor_to_the_training
     metrics = run.data.metrics
     assert metrics["holdout_root_mean_squared_error"] == pytest.approx(registration["holdout_value"], rel=1e-6)
     assert {"holdout_mean_absolute_error", "holdout_r2_score"} <= set(metrics)
-    val_rmse = metric_values(client, run.info.run_id, "val_rmse")[-1]
-    assert val_rmse == pytest.approx(registration["holdout_value"], rel=1e-4)
+    curve = metric_values(client, run.info.run_id, "val_rmse")
+    best = int(run.data.tags["best_epoch"])
+    assert best == curve.index(min(curve)) + 1
+    assert curve[best - 1] == pytest.approx(registration["holdout_value"], rel=1e-4)
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert "holdout_sample_predictions.json" in artifacts
     assert "holdout_confusion_matrix.png" not in artifacts  # a value, not classes
