@@ -30,27 +30,71 @@ from ml_platform.config import PlatformConfig, load_config  # noqa: E402
 from ml_platform.workflows import declared  # noqa: E402
 
 
+class NotPromoted(Exception):
+    """The nightly ran, but its version did not become champion: the one line to print."""
+
+
 def summarize(stack: LocalStack, workflow: str, ds: str) -> dict:
-    """Champion version and the scored partition, read back from MLflow and storage."""
+    """The version this nightly registered, the champion and the scored partition, read back
+    from MLflow and storage; :class:`NotPromoted` (one line: the version, its metric, the
+    rule's reason, and what scored the day) when the nightly's version is not champion."""
     import pyarrow.dataset as pads
     from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
     model = load_config(workflow).model_name
     client = MlflowClient(tracking_uri=stack.tracking_uri)
-    champion = client.get_model_version_by_alias(model, "champion")
+    mine = [v for v in client.search_model_versions(f"name = '{model}'") if v.tags.get("data_end_ds") == ds]
+    candidate = max(mine, key=lambda v: int(v.version), default=None)
+    try:
+        champion = client.get_model_version_by_alias(model, "champion")
+    except MlflowException:
+        champion = None
     scored_dir = PlatformConfig.partition_path(str(stack.storage_root / "predictions" / workflow), ds)
-    scored = pads.dataset(str(scored_dir), format="parquet").to_table(columns=["model_version"])
+    scored_versions, scored_rows = [], 0
+    if Path(scored_dir).exists():
+        scored = pads.dataset(str(scored_dir), format="parquet").to_table(columns=["model_version"])
+        scored_versions, scored_rows = sorted(set(scored.column("model_version").to_pylist())), scored.num_rows
+    if candidate is None or champion is None or champion.version != candidate.version:
+        metric = candidate.tags.get("holdout_metric", "metric") if candidate is not None else "metric"
+        about = (
+            f"version {candidate.version} ({metric} {candidate.tags.get(f'holdout_{metric}', '?')}) was not promoted: "
+            f"{candidate.tags.get('validation_reason', 'no reason recorded')}"
+            if candidate is not None
+            else "no version was registered"
+        )
+        if champion is not None and scored_versions:
+            outcome = f"ds {ds} was scored with the older champion, version {', '.join(map(str, scored_versions))}"
+        elif champion is not None:
+            outcome = f"the champion is still version {champion.version}; ds {ds} was not scored"
+        else:
+            outcome = f"there is no champion, so ds {ds} was not scored"
+        raise NotPromoted(f"{workflow}: {about}; {outcome}")
     metric = champion.tags.get("holdout_metric", "accuracy")
     return {
         "workflow": workflow,
         "partition": ds,
         "model": f"models:/{model}/{champion.version}",
         f"holdout_{metric}": champion.tags.get(f"holdout_{metric}"),
+        "best_epoch": champion.tags.get("best_epoch"),
         "model_page": f"{stack.tracking_uri}/#/models/{model}/versions/{champion.version}",
         "scored_partition": str(scored_dir),
-        "scored_rows": scored.num_rows,
-        "scored_versions": sorted(set(scored.column("model_version").to_pylist())),
+        "scored_rows": scored_rows,
+        "scored_versions": scored_versions,
     }
+
+
+# The one-line errors of the jobs worth showing when a nightly fails (the rest is in the log).
+JOB_ERRORS = re.compile(r"(TrainingDiverged|WorkflowError|ValueError): ([^\n\\]+)")
+
+
+def first_job_error(log_path: Path) -> str | None:
+    """The first job error in Airflow's output, for the one line printed on failure."""
+    try:
+        match = JOB_ERRORS.search(log_path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    return f"{match[1]}: {match[2].strip()}" if match else None
 
 
 # What ``airflow dags test`` logs around each task it runs.
@@ -128,9 +172,14 @@ def main() -> int:
             print(f"[nightly] {dag_id} for {args.date} (partition {ds}); Airflow's output: {log_path}")
             returncode = dags_test_with_progress(stack, dag_id, args.date, log_path)
             if returncode != 0:
-                print(f"[nightly] {dag_id} failed (exit {returncode}); see {log_path}")
+                error = first_job_error(log_path)
+                print(f"[nightly] {dag_id} failed (exit {returncode}){': ' + error if error else ''}; see {log_path}")
                 return returncode
-            summary = summarize(stack, workflow, ds)
+            try:
+                summary = summarize(stack, workflow, ds)
+            except NotPromoted as not_promoted:
+                print(f"[nightly] {not_promoted}; see {log_path}")
+                return 1
             summary["wall_seconds"] = round(time.monotonic() - started, 1)
             print("[nightly] " + json.dumps(summary, indent=2))
         if args.keep_mlflow:

@@ -227,6 +227,39 @@ def test_invalid_training_conf_is_refused_at_trigger_time(services, conf, field)
     assert 400 <= status < 500 and field in body["detail"], (status, body)
 
 
+def test_a_diverging_rate_never_leaves_a_broken_version_promoted_or_unexplained(services, mlflow_client, champion):
+    """A learning rate 100 times the workflow's default, through the on-demand DAG's Params:
+    either the best epoch is logged, registered as challenger and refused with its reason
+    (the champion stays), or training fails in one clear line and nothing is registered."""
+    from spark_jobs import workflows
+
+    rate = workflows.load("mnist").model.training.learning_rate * 100
+    before = mlflow_client.get_model_version_by_alias(MODEL, "champion")
+    conf = {"learning_rate": rate, "epochs": 4, "end_ds": DAYS[-1], "window_days": len(DAYS), "promote": True}
+    status, run = services.api("POST", "/dags/mnist_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
+    assert status == 200, run
+    final = finished_run(services, "mnist_train_on_demand", run["dag_run_id"])
+    tis = task_instances(services, "mnist_train_on_demand", run["dag_run_id"])
+    (trained,) = mlflow_client.search_runs(
+        mlflow_client.get_experiment_by_name(MODEL).experiment_id,
+        filter_string=f"tags.airflow_run_id = '{run['dag_run_id']}'",
+    )
+    assert float(trained.data.params["learning_rate"]) == rate
+    versions = mlflow_client.search_model_versions(f"name = '{MODEL}' and run_id = '{trained.info.run_id}'")
+    assert mlflow_client.get_model_version_by_alias(MODEL, "champion").version == before.version
+    if tis["train_model"]["state"] == "success":
+        (version,) = versions
+        assert version.tags["best_epoch"] == trained.data.tags["best_epoch"] != "0"
+        assert version.tags["validation_status"] == "failed", version.tags
+        assert "below the floor" in version.tags["validation_reason"]
+        assert tis["publish_champion"]["state"] == "skipped" and final["state"] == "success"
+    else:
+        assert versions == [] and final["state"] == "failed"
+        assert trained.info.status == "FAILED" and trained.data.tags["stop_reason"] == "diverged"
+        log = task_log(services, "mnist_train_on_demand", run["dag_run_id"], "train_model")
+        assert "TrainingDiverged: training diverged with no usable epoch" in log, log[-3000:]
+
+
 def test_invalid_conf_through_the_cli_is_refused_naming_the_field(services):
     result = services.airflow(
         "dags",
