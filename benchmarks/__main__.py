@@ -28,6 +28,7 @@ from benchmarks.env import REPO, BenchEnv
 from benchmarks.ingest import IngestBench
 from benchmarks.orchestration import OrchestrationBench
 from benchmarks.report import machine_info, write_report
+from benchmarks.robustness import RobustnessBench
 from benchmarks.scaling import ScalingBench
 from benchmarks.scoring import ScoringBench
 from benchmarks.sizes import add_size_arguments, sizes_from_args
@@ -35,7 +36,15 @@ from benchmarks.training import TrainingBench
 
 BENCHMARKS = {
     bench.name: bench
-    for bench in (ScoringBench, TrainingBench, ScalingBench, IngestBench, BackfillBench, OrchestrationBench)
+    for bench in (
+        ScoringBench,
+        TrainingBench,
+        ScalingBench,
+        RobustnessBench,
+        IngestBench,
+        BackfillBench,
+        OrchestrationBench,
+    )
 }
 
 

@@ -40,6 +40,9 @@ class Sizes:
     backfill_days: str = "1,7,30"
     backfill_rows_per_day: int = 2000
     backfill_daily_submits: int = 3
+    # Robustness: nightly training runs per workflow (a different day and seed each), rows per day.
+    robustness_runs: int = 10
+    robustness_rows: int = 5000
 
 
 PRESETS = {
@@ -66,6 +69,8 @@ PRESETS = {
         backfill_days="1,3",
         backfill_rows_per_day=200,
         backfill_daily_submits=1,
+        robustness_runs=1,
+        robustness_rows=400,
     ),
 }
 

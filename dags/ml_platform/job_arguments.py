@@ -29,6 +29,7 @@ class TrainArguments:
     backend: Any = None
     holdout_pct: Any = None
     split_seed: Any = None
+    seed: Any = None  # the ranks' initial weights and shuffles (default: the job's)
     checkpoint_dir: Any = None
     bind_cores: Any = None  # "on" | "off"
     tags: Sequence[str] = ()

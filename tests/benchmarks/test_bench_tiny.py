@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-BENCHMARKS = ("scoring", "training", "training_scaling", "ingest", "backfill", "orchestration")
+BENCHMARKS = ("scoring", "training", "training_scaling", "robustness", "ingest", "backfill", "orchestration")
 # Benchmarks that report tables and plots for a reader, with no target of their own.
 NO_TARGETS = {"training_scaling"}
 # One target per issue item, by a phrase of its label.
@@ -27,6 +27,8 @@ TARGET_PHRASES = (
     "of its ceiling (diabetes)",
     "per-batch-load UDF",
     "Horovod 2-rank",
+    "mnist: every night's held-out accuracy",
+    "diabetes: every night's held-out rmse",
     "of pyarrow",
     "of pyarrow (diabetes)",
     "curated storage <= the raw CSV gzipped (mnist)",
@@ -126,6 +128,11 @@ def test_the_comparisons_the_issue_asks_for_are_there(tiny_report):
     # mnist_batch_scoring: ingest and score are spark-submit steps; the gate is not.
     assert {t["task"] for t in spark_tasks} == {"ingest_raw_drop", "score_partition"}
     assert all(0 < t["task_start_to_spark_app_start_s"] < t["seconds"] for t in spark_tasks)
+    # Robustness: one nightly training per workflow here, its held-out metric from the best epoch.
+    nights = runs["robustness"]["tables"]["runs"]
+    assert {night["workflow"] for night in nights} == {"mnist", "diabetes"}
+    assert all(1 <= night["best_epoch"] <= night["epochs_trained"] for night in nights), nights
+    assert all(math.isfinite(night["held_out"]) for night in nights)
 
 
 def test_markdown_lists_every_target_and_the_machine(tiny_report):
