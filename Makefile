@@ -16,8 +16,7 @@ down:
 
 test:
 	scripts/setup_env.sh --dev
-	.venv/bin/ruff check .
-	.venv/bin/ruff format --check .
+	$(MAKE) lint
 	.venv/bin/python -m pytest tests -n 2 --dist loadgroup
 
 # The unit tier: no server started or reached (see the markers in pytest.ini).
@@ -28,6 +27,7 @@ test-fast:
 # ruff's lint rules and formatter (pyproject.toml), as `make test` checks them.
 lint:
 	.venv/bin/ruff check .
+	.venv/bin/ruff check --preview --select AIR .  # Airflow's preview rules too (explicit multiple_outputs)
 	.venv/bin/ruff format --check .
 
 format:

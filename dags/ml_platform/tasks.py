@@ -212,7 +212,7 @@ def raw_drop_file_name(blob_name: str, prefix: str) -> str:
 def stage_raw_drop(cfg: PlatformConfig, ds: str):
     """Copy the day's blobs from the landing container into the raw partition of the storage root."""
 
-    @task(task_id="stage_raw_drop")
+    @task(task_id="stage_raw_drop", multiple_outputs=False)  # one summary XCom, not one per key
     def stage(prefix: str, raw_uri: str) -> dict[str, Any]:
         """Idempotent: the partition ends up holding exactly the landed files (blob names
         relative to ``prefix``), whatever an earlier try left there."""
@@ -424,7 +424,7 @@ def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: str = 
 def publish_champion(cfg: PlatformConfig):
     """Emit the champion Asset event only when this run's register step promoted."""
 
-    @task(task_id="publish_champion", outlets=[champion_asset(cfg)])
+    @task(task_id="publish_champion", outlets=[champion_asset(cfg)], multiple_outputs=False)
     def publish(manifest_path: str) -> dict:
         import json
 
