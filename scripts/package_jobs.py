@@ -7,6 +7,8 @@ remote deployment; the local default uses the same path so both are tested alike
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -18,16 +20,26 @@ def package_jobs(output: Path = DEFAULT_OUTPUT, source_root: Path = REPO) -> Pat
     """Write the archive of ``<source_root>/spark_jobs`` atomically (a running job never sees
     a half-written zip). The package includes the workflow declarations and their model
     modules (``spark_jobs/workflows/*.toml``, ``*.py``): a new workflow's two files are in
-    the archive once it is rebuilt."""
+    the archive once it is rebuilt.
+
+    Safe for concurrent callers (two pytest-xdist workers, a test run beside ``make demo``):
+    each writes a temporary file of its own beside ``output`` and renames it over ``output``,
+    so the last rename wins and every reader sees one whole archive."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_suffix(".zip.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
-        # The code, and the workflow declarations the jobs read (spark_jobs/workflows/*.toml).
-        package = source_root / "spark_jobs"
-        sources = [*package.rglob("*.py"), *package.rglob("*.toml")]
-        for source in sorted(p for p in sources if "__pycache__" not in p.parts):
-            archive.write(source, source.relative_to(source_root).as_posix())
-    tmp.replace(output)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(handle, "wb") as file, zipfile.ZipFile(file, "w", zipfile.ZIP_DEFLATED) as archive:
+            # The code, and the workflow declarations the jobs read (spark_jobs/workflows/*.toml).
+            package = source_root / "spark_jobs"
+            sources = [*package.rglob("*.py"), *package.rglob("*.toml")]
+            for source in sorted(p for p in sources if "__pycache__" not in p.parts):
+                archive.write(source, source.relative_to(source_root).as_posix())
+        tmp.chmod(0o644)  # mkstemp's 0600 would keep the archive from other users' Spark workers
+        tmp.replace(output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return output
 
 

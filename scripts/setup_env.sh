@@ -69,7 +69,7 @@ if [[ "${reqs[0]}" == requirements-dev.txt ]]; then
             rm -rf "$azurite_home"
             mv "$azurite_home.partial" "$azurite_home"
         else
-            echo "[setup] WARNING: npm not found: tests/azure will be skipped (install Node.js, rerun)" >&2
+            echo "[setup] WARNING: npm not found: tests/azure will fail (install Node.js, rerun)" >&2
         fi
     fi
     # The browser tests (tests/platform) drive Debian's Chromium through Playwright, which
@@ -79,9 +79,9 @@ if [[ "${reqs[0]}" == requirements-dev.txt ]]; then
             echo "[setup] installing Debian's chromium for the browser tests (about a minute)"
             { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
                 >/tmp/setup-chromium.log 2>&1 \
-                || echo "[setup] WARNING: apt-get could not install chromium (see /tmp/setup-chromium.log): the browser tests will be skipped" >&2
+                || echo "[setup] WARNING: apt-get could not install chromium (see /tmp/setup-chromium.log): the browser tests will fail" >&2
         else
-            echo "[setup] WARNING: no /usr/bin/chromium and no root apt-get: the browser tests will be skipped (apt-get install chromium)" >&2
+            echo "[setup] WARNING: no /usr/bin/chromium and no root apt-get: the browser tests will fail (apt-get install chromium)" >&2
         fi
     fi
 fi

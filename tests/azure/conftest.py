@@ -40,7 +40,7 @@ from process_markers import wait_for_no_marked_processes
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     emulator = Azurite(state_dir=tmp_path_factory.mktemp("azurite"))
     if not emulator.executable().exists():
-        pytest.skip(f"Azurite not installed at {emulator.executable()}: run scripts/setup_env.sh --dev (needs npm)")
+        pytest.fail(f"Azurite not installed at {emulator.executable()}: run scripts/setup_env.sh --dev (needs npm)")
     emulator.start()
     try:
         yield emulator

@@ -1,7 +1,7 @@
 """One real embedded stack for all end-to-end tests: an MLflow tracking server on
 loopback (SQLite store), a SQLite Airflow metadata DB, spark-submit on local[2]; the
 scheduler-driven tests add the Airflow API server, scheduler and DAG processor, on a
-Postgres metadata DB (see :func:`airflow_services`)."""
+Postgres metadata DB on the session's embedded PostgreSQL (see :func:`airflow_services`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from quick_models import register_quick_champion
 
-from e2e_support import MODEL, RETRY_DELAY_S, postgres_database, run_nightly, service_missing
-from local_stack import LocalStack, free_port
+from e2e_support import MODEL, RETRY_DELAY_S, run_nightly
+from local_stack import LocalStack, free_port, fresh_database
 from package_jobs import package_jobs
 
 # The end-to-end tests' own DAGs (tests/e2e/dags), a second DAG bundle beside the project's.
@@ -69,8 +69,9 @@ def scoring_champion(stack, mlflow_client):
 
 
 @pytest.fixture(scope="session")
-def airflow_services(stack):
-    """API server, scheduler and DAG processor (LocalExecutor) on a fresh Postgres metadata DB.
+def airflow_services(stack, postgres_server):
+    """API server, scheduler and DAG processor (LocalExecutor) on a fresh Postgres metadata DB
+    (a database of its own on the session's embedded PostgreSQL, ``postgres_server``).
 
     Not on the embedded SQLite DB: there, ``airflow backfill create`` fails at once with
     "database is locked" whenever the scheduler writes while it creates a run, and Airflow's
@@ -89,10 +90,7 @@ def airflow_services(stack):
     The services stop after the last test of this process that uses them (see
     :func:`pytest_runtest_teardown`); a later one starts them again.
     """
-    if reason := service_missing("PostgreSQL"):
-        pytest.skip(f"scheduler-driven tests need {reason}")
-    with postgres_database() as database:
-        sql_conn = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}"
+    with fresh_database(postgres_server.uri, "airflow") as sql_conn:
         stack.extra_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = sql_conn
         stack.extra_env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(DAG_BUNDLES)
         stack.extra_env["AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS"] = "False"

@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
@@ -120,29 +115,3 @@ def task_log(stack, dag_id: str, run_id: str, task_id: str, try_number: int = 1)
     )
     assert status == 200, body
     return json.dumps(body)
-
-
-LOOPBACK_SERVICES = {"PostgreSQL": 5432, "Redis": 6379}
-PSQL = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-c"]
-
-
-def service_missing(*names: str) -> str | None:
-    """Why a test cannot run: the first of the named loopback services not listening, or None."""
-    for name in names:
-        port = LOOPBACK_SERVICES[name]
-        with socket.socket() as sock:
-            sock.settimeout(1)
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return f"{name} is not listening on 127.0.0.1:{port}"
-    return None
-
-
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    """A fresh Postgres database on loopback for one stack's metadata; dropped afterwards."""
-    database = f"airflow_{uuid.uuid4().hex[:8]}"
-    subprocess.run([*PSQL, f"CREATE DATABASE {database}"], check=True, capture_output=True)
-    try:
-        yield database
-    finally:
-        subprocess.run([*PSQL, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], check=False, capture_output=True)

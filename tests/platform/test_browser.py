@@ -51,11 +51,13 @@ def platform(shared_platform):
 @pytest.fixture(scope="module")
 def browser():
     if not CHROMIUM.exists():
-        pytest.skip(
+        pytest.fail(
             f"{CHROMIUM} is missing: scripts/setup_env.sh --dev installs Debian's chromium with apt-get "
-            "(it could not here: no root, no apt-get or no package index; see /tmp/setup-chromium.log)"
+            "(it could not here: no root, no apt-get or no package index; see /tmp/setup-chromium.log); "
+            "install it (apt-get install chromium) and rerun"
         )
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in requirements-dev.txt")
+    from playwright import sync_api  # requirements-dev.txt
+
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         try:

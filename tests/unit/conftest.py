@@ -20,5 +20,5 @@ def registry_client(request, tmp_path_factory):
     SQLAlchemy store in this process: the same store code an MLflow server runs)."""
     from mlflow import MlflowClient
 
-    with registry_store(request.param, tmp_path_factory.mktemp(f"registry-{request.param}")) as uri:
+    with registry_store(request.param, tmp_path_factory.mktemp(f"registry-{request.param}"), request) as uri:
         yield MlflowClient(tracking_uri=uri, registry_uri=uri)

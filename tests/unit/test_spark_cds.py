@@ -37,14 +37,15 @@ def spark_submit():
     return spark_cds.submit
 
 
-@pytest.mark.skipif(
-    not config.SPARK_CDS_ARCHIVE.is_file(),
-    reason=f"no {config.SPARK_CDS_ARCHIVE}: scripts/setup_env.sh writes it (scripts/spark_cds.py)",
-)
 def test_a_jobs_driver_maps_sparks_classes_from_the_archive(tmp_path, spark_submit):
     """-Xshare:on: the JVM refuses to start unless it can map the archive (same runtime, same
     jars); the class-loading log says where each class came from."""
     from local_stack import job_spark_conf
+
+    assert config.SPARK_CDS_ARCHIVE.is_file(), (
+        f"no {config.SPARK_CDS_ARCHIVE}: scripts/setup_env.sh writes it (scripts/spark_cds.py); "
+        "its output says why it could not"
+    )
 
     job = tmp_path / "job.py"
     job.write_text(JOB)
