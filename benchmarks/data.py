@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ml_contract.layout import partition_path
 from spark_jobs import workflows
 from spark_jobs.sample_data import make_rows, write_drop
-from spark_jobs.schema import curated_arrow_table, partition_path
+from spark_jobs.schema import curated_arrow_table
 
 # The workflow benchmarks use unless they name another.
 DEFAULT_WORKFLOW = "mnist"

@@ -28,7 +28,7 @@ from benchmarks.core import BenchResult, Ratio, Target, repeat
 from benchmarks.data import write_raw_drop
 from benchmarks.env import BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
-from spark_jobs.schema import partition_path
+from ml_contract.layout import partition_path
 
 DS = "2026-09-15"
 # (workflow, suffix of its measurement and ratio names): MNIST keeps the names it always had.

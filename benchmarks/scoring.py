@@ -40,7 +40,7 @@ from benchmarks.core import BenchResult, Ratio, Target, log, repeat
 from benchmarks.data import write_curated_day
 from benchmarks.env import MODEL_WORKFLOW, BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
-from spark_jobs.schema import partition_path
+from ml_contract.layout import partition_path
 
 MAIN_DS, TUNE_DS, NAIVE_DS, WARM_DS = "2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"
 # The other workflows scored beside MNIST, and their partition (score_rows rows).

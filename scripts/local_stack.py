@@ -81,9 +81,10 @@ def write_curated_partition(curated_root: Path, ds: str, rows: int, workflow: st
     import numpy as np
     import pyarrow.parquet as pq
 
+    from ml_contract.layout import partition_path
     from spark_jobs import workflows
     from spark_jobs.sample_data import make_rows
-    from spark_jobs.schema import curated_arrow_table, partition_path
+    from spark_jobs.schema import curated_arrow_table
 
     wf = workflows.load(workflow)
     labels, features = make_rows(wf, ds, rows)

@@ -14,10 +14,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "build" / "spark_jobs.zip"
+CONTRACT = "ml_contract"
 
 
 def package_jobs(output: Path = DEFAULT_OUTPUT, source_root: Path = REPO) -> Path:
-    """Write the archive of ``<source_root>/spark_jobs`` atomically (a running job never sees
+    """Write the archive of ``<source_root>/spark_jobs`` and the contract package
+    (``<source_root>/plugins/ml_contract``, as ``ml_contract/``) atomically (a running job never sees
     a half-written zip). The package includes the workflow declarations and their model
     modules (``spark_jobs/workflows/*.toml``, ``*.py``): a new workflow's two files are in
     the archive once it is rebuilt.
@@ -35,6 +37,11 @@ def package_jobs(output: Path = DEFAULT_OUTPUT, source_root: Path = REPO) -> Pat
             sources = [*package.rglob("*.py"), *package.rglob("*.toml")]
             for source in sorted(p for p in sources if "__pycache__" not in p.parts):
                 archive.write(source, source.relative_to(source_root).as_posix())
+            # The contract the jobs share with the DAGs, a top-level package beside spark_jobs
+            # (on the scheduler's path it is plugins/ml_contract).
+            contract = source_root / "plugins" / CONTRACT
+            for source in sorted(p for p in contract.rglob("*.py") if "__pycache__" not in p.parts):
+                archive.write(source, source.relative_to(contract.parent).as_posix())
         tmp.chmod(0o644)  # mkstemp's 0600 would keep the archive from other users' Spark workers
         tmp.replace(output)
     except BaseException:

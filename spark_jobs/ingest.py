@@ -55,10 +55,11 @@ from typing import TYPE_CHECKING, TypeVar
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ml_contract.layout import PARTITION_COL, partition_path
 from spark_jobs import workflows
 from spark_jobs.features import FEATURES_COL, encode
 from spark_jobs.partitions import parse_ds, replace_partitions
-from spark_jobs.schema import LABEL_COL, PARTITION_COL, ROW_ID_COL, curated_schema, label_type, partition_path
+from spark_jobs.schema import LABEL_COL, ROW_ID_COL, curated_schema, label_type
 from spark_jobs.session import build_spark_session, configure_job_logging
 from spark_jobs.storage import delete_path, path_exists, read_head, write_json
 

@@ -59,7 +59,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.schema import PARTITION_COL
+from ml_contract.layout import PARTITION_COL
 from spark_jobs.storage import (
     delete_path,
     list_children,

@@ -30,6 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ml_contract.layout import HOLDOUT_PCT, SPLIT_SEED
 from spark_jobs import tracking, workflows
 from spark_jobs.dataset import filter_holdout_rows
 from spark_jobs.inference import evaluate, with_predictions
@@ -283,8 +284,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--curated-root", required=True)
     parser.add_argument("--start-ds", type=parse_ds, required=True)
     parser.add_argument("--end-ds", type=parse_ds, required=True)
-    parser.add_argument("--holdout-pct", type=int, default=20)
-    parser.add_argument("--split-seed", type=int, default=7)
+    parser.add_argument("--holdout-pct", type=int, default=HOLDOUT_PCT)
+    parser.add_argument("--split-seed", type=int, default=SPLIT_SEED)
     parser.add_argument("--model-name", required=True)
     parser.add_argument(
         "--floor",

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ml_contract.layout import partition_path
 from spark_jobs import workflows
-from spark_jobs.schema import partition_path
 from spark_jobs.workflows import Workflow
 
 CLI_DEFAULT_WORKFLOW = "mnist"

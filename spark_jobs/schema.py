@@ -2,13 +2,12 @@
 
 ``row_id`` (a content hash, stable across re-runs), ``label`` (the workflow's target) and
 ``features`` (the row's tensor as one dense binary value, :mod:`spark_jobs.features`),
-partitioned by ``ds``. What the label and the tensor hold is the workflow's declaration
+partitioned by ``ds`` (:mod:`ml_contract.layout`). What the label and the tensor hold is the workflow's declaration
 (:mod:`spark_jobs.workflows`).
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from spark_jobs.features import FEATURES_COL, features_field
@@ -20,14 +19,7 @@ if TYPE_CHECKING:
 
 LABEL_COL = "label"
 ROW_ID_COL = "row_id"
-PARTITION_COL = "ds"
 CURATED_COLS: list[str] = [ROW_ID_COL, LABEL_COL, FEATURES_COL]
-
-
-def partition_path(root: str | os.PathLike, ds: str) -> str:
-    """Location of one day's partition under a dataset root: ``<root>/ds=<ds>``; the one
-    place the layout is spelled out for the jobs, the sample data, scripts and benchmarks."""
-    return f"{os.fspath(root).rstrip('/')}/{PARTITION_COL}={ds}"
 
 
 def label_type(workflow: Workflow) -> T.DataType:

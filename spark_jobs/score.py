@@ -24,6 +24,7 @@ import sys
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ml_contract.layout import PARTITION_COL
 from spark_jobs import workflows
 from spark_jobs.features import FEATURES_COL
 from spark_jobs.inference import (
@@ -35,7 +36,7 @@ from spark_jobs.inference import (
     with_predictions,
 )
 from spark_jobs.partitions import parse_ds, read_partitions, replace_partitions
-from spark_jobs.schema import PARTITION_COL, ROW_ID_COL
+from spark_jobs.schema import ROW_ID_COL
 from spark_jobs.session import build_spark_session, configure_job_logging
 
 log = logging.getLogger(__name__)

@@ -41,6 +41,7 @@ import threading
 import time
 from dataclasses import asdict
 
+from ml_contract.layout import HOLDOUT_PCT, SPLIT_SEED
 from spark_jobs import tracking, workflows
 from spark_jobs.dataset import filter_holdout_rows, filter_training_rows
 from spark_jobs.partitions import parse_ds, read_partitions
@@ -124,7 +125,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--momentum", type=float, help=training)
     parser.add_argument("--num-ranks", type=int, default=0, help="0: one per Spark slot")
     parser.add_argument(
-        "--holdout-pct", type=int, default=20, help="share of the window (%%) held out: validation, then registration"
+        "--holdout-pct",
+        type=int,
+        default=HOLDOUT_PCT,
+        help="share of the window (%%) held out: validation, then registration",
     )
     parser.add_argument(
         "--bind-cores",
@@ -133,7 +137,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="on: each Horovod rank bound to cores of its own where a host's ranks fill its cores "
         "exactly (spark_jobs.training.launch.rank_cores); off: scheduling left to the OS",
     )
-    parser.add_argument("--split-seed", type=int, default=7)
+    parser.add_argument("--split-seed", type=int, default=SPLIT_SEED)
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument(
         "--checkpoint-dir",

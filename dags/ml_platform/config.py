@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from ml_contract.layout import HOLDOUT_PCT, SPLIT_SEED, partition_path
 from ml_platform.workflows import WorkflowInfo
 from ml_platform.workflows import enabled as enabled_workflows
 from ml_platform.workflows import workflow as workflow_info
@@ -72,8 +73,8 @@ class TrainingDefaults:
     num_ranks: int = 0  # 0: one rank per Spark slot
     backend: str = "horovod"  # or "torch_distributor" (Spark's TorchDistributor)
     window_days: int = 3
-    holdout_pct: int = 20
-    split_seed: int = 7
+    holdout_pct: int = HOLDOUT_PCT
+    split_seed: int = SPLIT_SEED
 
     @classmethod
     def of(cls, info: WorkflowInfo) -> TrainingDefaults:
@@ -208,7 +209,7 @@ class PlatformConfig:
 
     @staticmethod
     def partition_path(root: str, ds: str) -> str:
-        return f"{root}/ds={ds}"
+        return partition_path(root, ds)
 
     def raw_path(self, ds: str) -> str:
         return self.partition_path(self.raw_root, ds)

@@ -18,6 +18,8 @@ import hashlib
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from ml_contract import layout
+
 
 def partition_ds(dag_run: Any) -> str:
     """``YYYY-MM-DD`` of the day a run processes (DAG macro ``partition_ds(dag_run)``)."""
@@ -62,8 +64,7 @@ def run_key(run_id: str) -> str:
 MACROS = {"partition_ds": partition_ds, "run_time": run_time, "window_start_ds": window_start_ds, "run_key": run_key}
 
 # When the nightly retraining runs (UTC); batch scoring's ``as_of`` policy derives from it.
-NIGHTLY_CRON = "0 2 * * *"
-NIGHTLY_HOUR_UTC = 2
+NIGHTLY_CRON, NIGHTLY_HOUR_UTC = layout.NIGHTLY_CRON, layout.NIGHTLY_HOUR_UTC
 
 PARTITION_DS = "{{ partition_ds(dag_run) }}"
 RUN_KEY = "{{ run_key(run_id) }}"

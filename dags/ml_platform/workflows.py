@@ -1,12 +1,13 @@
 """The workflows the DAGs are generated for, read from their declarations.
 
-Each workflow is declared once, in ``spark_jobs/workflows/<name>.toml`` (the keys are
-documented in ``spark_jobs/workflows/__init__.py``, which validates them for the jobs).
-The DAG side reads only what shapes DAGs: the name, the one-line description, the
-registered model's name, the training defaults (the nightly's settings and the on-demand
-form's defaults) and the metric (for the docs). Reading TOML is all that happens at
-import: DAG files stay cheap to parse, and no job code is imported (``dags/`` reaches
-``spark_jobs/`` by path only).
+Each workflow is declared once, in ``spark_jobs/workflows/<name>.toml``. Every declaration
+is parsed and checked here, when the DAG files are imported, with the contract's parser
+(:func:`ml_contract.workflows.parse_workflow`, the one the jobs use): a bad declaration is a
+DAG import error naming the key and what is allowed, in the UI, not a failed job at 02:00.
+The DAGs read what shapes them: the name, the one-line description, the registered model's
+name, the training defaults (the nightly's settings and the on-demand form's defaults) and
+the metric (for the docs). No job code is imported (``dags/`` reaches ``spark_jobs/`` by
+path only): the contract imports neither Spark nor torch.
 
 ``ML_WORKFLOWS`` (comma-separated names) limits the DAGs to some workflows; by default
 every declared workflow gets its DAGs. ``ML_WORKFLOWS_DIR`` points at another folder of
@@ -20,6 +21,8 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from ml_contract.workflows import WorkflowError, parse_workflow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,21 +52,21 @@ def workflows_dir() -> Path:
 @cache
 def _read(path: Path) -> WorkflowInfo:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-        model, training = data["model"], data["model"]["training"]
-        return WorkflowInfo(
-            name=data["name"],
-            description=data["description"],
-            model_name=model.get("registered_name", data["name"]),
-            epochs=int(training["epochs"]),
-            learning_rate=float(training["learning_rate"]),
-            batch_size=int(training["batch_size"]),
-            metric=data["metric"]["name"],
-            metric_direction=data["metric"]["direction"],
-            floor=float(data["promotion"]["floor"]),
-        )
-    except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as err:
-        raise ValueError(f"workflow declaration {path} is invalid: {type(err).__name__}: {err}") from err
+        declaration = parse_workflow(tomllib.loads(path.read_text(encoding="utf-8")), f"workflow {path}")
+    except tomllib.TOMLDecodeError as err:
+        raise WorkflowError(f"workflow {path} is not valid TOML: {err}") from err
+    training = declaration.model.training
+    return WorkflowInfo(
+        name=declaration.name,
+        description=declaration.description,
+        model_name=declaration.model.registered_name,
+        epochs=training.epochs,
+        learning_rate=training.learning_rate,
+        batch_size=training.batch_size,
+        metric=declaration.metric.name,
+        metric_direction=declaration.metric.direction,
+        floor=declaration.promotion.floor,
+    )
 
 
 def declared() -> list[str]:

@@ -35,6 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from ml_contract.workflows import Training
 from spark_jobs.training.policy import COMPLETED, EpochMonitor, rate_factor
 
 if TYPE_CHECKING:
@@ -44,30 +45,15 @@ if TYPE_CHECKING:
     from spark_jobs.workflows import Workflow
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """What every rank needs to know besides its files; plain values only (it crosses to
-    the ranks pickled, or as a dict, see :mod:`spark_jobs.training.launch`)."""
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(Training):
+    """What every rank needs to know besides its files: the workflow's ``[model.training]``
+    (:class:`ml_contract.workflows.Training`: epochs, the base rate scaled by the number of
+    ranks, the per-rank batch, optimizer, schedule, clipping, stopping) and how this run
+    trains it. Plain values only (it crosses to the ranks pickled, or as a dict, see
+    :mod:`spark_jobs.training.launch`)."""
 
     workflow: str
-    epochs: int
-    # Base rate, scaled by the number of ranks.
-    learning_rate: float
-    batch_size: int  # per rank
-    # The rest of the workflow's [model.training] (spark_jobs.workflows.Training).
-    optimizer: str = "sgd"
-    momentum: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    clip_grad_norm: float = 0.0
-    warmup_epochs: float = 0.0
-    schedule: str = "constant"
-    step_epochs: int = 1
-    gamma: float = 0.1
-    early_stopping_patience: int = 0
-    early_stopping_min_delta: float = 0.0
-    divergence_factor: float = 4.0
-    divergence_patience: int = 2
     seed: int = 42
     threads_per_rank: int = 1
     checkpoint_dir: str | None = None

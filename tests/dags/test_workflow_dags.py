@@ -84,5 +84,49 @@ def test_a_broken_declaration_fails_naming_its_file(tmp_path, monkeypatch):
 
     (tmp_path / "broken.toml").write_text('name = "broken"\n')
     monkeypatch.setenv("ML_WORKFLOWS_DIR", str(tmp_path))
-    with pytest.raises(ValueError, match=r"broken\.toml is invalid: KeyError"):
+    with pytest.raises(ValueError, match=r"broken\.toml: missing table \[dataset\]"):
         workflows.workflow("broken")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('loss = "nll"', 'loss = "cross_entropy"'), r"\[model\]: 'loss' is 'cross_entropy', allowed: nll, mse"),
+        (('optimizer = "adam"', 'optimizer = "adagrad"'), r"\[model.training\]: 'optimizer' is 'adagrad', allowed"),
+        (("patience = 3", "patience = 0"), r"\[model.training.early_stopping\]: 'patience' is 0, allowed: >= 1"),
+    ],
+)
+def test_a_bad_declaration_is_a_dag_import_error_naming_the_key(tmp_path, monkeypatch, edit, message):
+    """The DAG files parse every declaration with the contract's parser, the jobs' own: a
+    declaration the 02:00 job would refuse fails the DAG files' import, naming the key and
+    what is allowed (what the DAG processor shows in the UI's import errors)."""
+    import re
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    for name in DECLARED:
+        (tmp_path / f"{name}.toml").write_text(declaration_text(name))
+    mnist = tmp_path / "mnist.toml"
+    assert edit[0] in mnist.read_text()
+    mnist.write_text(mnist.read_text().replace(edit[0], edit[1]))
+    monkeypatch.setenv("ML_WORKFLOWS_DIR", str(tmp_path))
+    _forget_parsed_declarations()
+    try:
+        bag = DagBag(dag_folder=str(REPO / "dags"))
+    finally:
+        _forget_parsed_declarations()
+    assert bag.import_errors, "the DAG files imported a bad declaration"
+    for path, error in bag.import_errors.items():
+        assert re.search(message, error), (path, error[-600:])
+        assert "mnist.toml" in error
+
+
+def declaration_text(name: str) -> str:
+    return (REPO / "spark_jobs" / "workflows" / f"{name}.toml").read_text()
+
+
+def _forget_parsed_declarations() -> None:
+    """The DAG side caches each declaration it parsed (per path); a test that edits one forgets them."""
+    from ml_platform import workflows
+
+    workflows._read.cache_clear()

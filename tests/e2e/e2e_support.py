@@ -22,7 +22,7 @@ def nightly_table(stack, dataset: str, columns: list[str] | None = None):
     """The nightly's partition of ``dataset`` (``curated``, ``predictions``) as an Arrow table."""
     import pyarrow.dataset as pads
 
-    from spark_jobs.schema import partition_path
+    from ml_contract.layout import partition_path
 
     path = partition_path(stack.storage_root / dataset / WORKFLOW, NIGHTLY_PARTITION)
     assert Path(path).is_dir(), f"{path} was not written"

@@ -47,6 +47,9 @@ def wine_package(tmp_path_factory):
     """Step 4 of the guide on a copy of the package: the two files added, the archive rebuilt."""
     root = tmp_path_factory.mktemp("byom")
     shutil.copytree(REPO / "spark_jobs", root / "spark_jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    # The contract the jobs' archive carries beside spark_jobs (the copy's plugins/ml_contract).
+    contract = "plugins/ml_contract"
+    shutil.copytree(REPO / contract, root / contract, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("wine.py", "wine.toml"):
         shutil.copy(EXAMPLE / name, root / "spark_jobs" / "workflows" / name)
     archive = package_jobs(root / "spark_jobs.zip", source_root=root)
