@@ -6,31 +6,29 @@ Spark reads it as ``binary`` (Arrow offsets + one data buffer), so a whole batch
 with one :func:`numpy.frombuffer` (:func:`decode`), and one Parquet column replaces one
 column per element (784 for MNIST).
 
-The column carries its shape and dtype in its Spark field metadata (``ml_tensor``), which
+The column carries its shape and dtype in its Spark field metadata (``ml_tensor``, :mod:`ml_contract.tensors`), which
 Spark keeps in the Parquet footer: the registry gate checks a model's tensor signature
 against a partition without reading any data (:func:`tensor_metadata_of_parquet_schema`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ml_contract.tensors import FEATURES_COL, footer_tensor_metadata
+from ml_contract.tensors import tensor_metadata as layout_metadata
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from spark_jobs.workflows import TensorFeatures
 
-FEATURES_COL = "features"
-TENSOR_METADATA_KEY = "ml_tensor"
-SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
-
 
 def tensor_metadata(layout: TensorFeatures) -> dict:
     """The Spark field metadata of the ``features`` column for ``layout``."""
-    return {TENSOR_METADATA_KEY: {"dtype": layout.dtype, "shape": list(layout.shape)}}
+    return layout_metadata(layout.dtype, layout.shape)
 
 
 def features_field(layout: TensorFeatures):
@@ -89,11 +87,5 @@ def decode(column: pa.Array | pa.ChunkedArray, layout: TensorFeatures) -> np.nda
 
 def tensor_metadata_of_parquet_schema(schema: pa.Schema) -> dict | None:
     """The ``ml_tensor`` metadata of a Parquet file's ``features`` column (Spark writes
-    field metadata into the footer's row metadata), or None."""
-    raw = (schema.metadata or {}).get(SPARK_ROW_METADATA)
-    if raw is None:
-        return None
-    for field in json.loads(raw).get("fields", []):
-        if field.get("name") == FEATURES_COL:
-            return (field.get("metadata") or {}).get(TENSOR_METADATA_KEY)
-    return None
+    field metadata into the footer's row metadata), or None (:mod:`ml_contract.tensors`)."""
+    return footer_tensor_metadata(schema.metadata)

@@ -30,28 +30,39 @@ after, all under the model's :func:`promotion_lock`; the next holder of the lock
 what a crash in between left (:func:`reconcile`), so the alias and the history agree.
 
 This module is the only writer of the history. The gate (``plugins/ml_registry/
-alias_history.py``) only reads it: the Airflow side has ``dags/`` and ``plugins/`` on its
-path, not this package, and ``spark_jobs`` never imports ``plugins``; the format is written
-down in ``docs/registry_gate.md`` and a round-trip test writes through this module and reads
-through the plugin, on SQLite and PostgreSQL stores. Standard library and MLflow only.
+alias_history.py``) only reads it; the tags' names and values are the contract's
+(:mod:`ml_contract.history`), which both import, and a round-trip test writes through this
+module and reads through the plugin, on SQLite and PostgreSQL stores. Standard library and
+MLflow only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+
+from ml_contract.history import (
+    CHAMPION,
+    DONE,
+    PENDING,
+    HistoryEntry,
+    history_entry_tag,
+    iso,
+    legacy_history_tag,
+    read_history,
+)
+
+__all__ = ["CHAMPION", "DONE", "PENDING", "HistoryEntry", "history_entry_tag", "legacy_history_tag", "read_history"]
 
 log = logging.getLogger(__name__)
 
-CHAMPION = "champion"
 # Version tag: when the version last became champion (the real move time).
 TAG_PROMOTED_AT = "champion_promoted_at"
 # A registered model of this name exists while a job moves ``champion`` (promotion_lock).
@@ -60,18 +71,6 @@ PROMOTION_LOCK_SUFFIX = ".promotion-lock"
 # LOCK_TIMEOUT_S. Stale must come first, or the first retry after a crash always times out.
 LOCK_TIMEOUT_S = 600.0
 LOCK_STALE_AFTER_S = 300.0
-PENDING, DONE = "pending", "done"
-SEQ_DIGITS = 8
-
-
-def legacy_history_tag(alias: str = CHAMPION) -> str:
-    """The single registered-model tag older releases kept the whole history in (read only)."""
-    return f"{alias}_history"
-
-
-def history_entry_tag(seq: int, alias: str = CHAMPION) -> str:
-    """The registered-model tag of promotion number ``seq`` of ``alias``."""
-    return f"{legacy_history_tag(alias)}.{seq:0{SEQ_DIGITS}d}"
 
 
 def utc_now() -> dt.datetime:
@@ -79,74 +78,6 @@ def utc_now() -> dt.datetime:
     purpose. It decides no partition or data window; it caps ``effective`` so a run's logical
     date (e.g. a trigger dated 2099) cannot record a promotion in the future."""
     return dt.datetime.now(dt.UTC)
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One move of the alias. Legacy entries have no ``tag``, ``moved_at`` or ``logical_time``."""
-
-    version: str
-    effective: dt.datetime
-    moved_at: dt.datetime | None = None
-    logical_time: dt.datetime | None = None
-    state: str = DONE
-    run: str | None = None
-    tag: str | None = None
-    seq: int = 0
-
-    def value(self) -> str:
-        """The tag value (small: a few hundred characters at most)."""
-        return json.dumps(
-            {
-                "version": self.version,
-                "moved_at": _iso(self.moved_at),
-                "logical_time": _iso(self.logical_time),
-                "effective": _iso(self.effective),
-                "state": self.state,
-                "run": self.run,
-            }
-        )
-
-
-def _iso(when: dt.datetime | None) -> str | None:
-    return None if when is None else when.astimezone(dt.UTC).isoformat()
-
-
-def _utc(value: str, what: str) -> dt.datetime:
-    parsed = dt.datetime.fromisoformat(value)
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise ValueError(f"{what} {value!r} has no UTC offset")
-    return parsed.astimezone(dt.UTC)
-
-
-def read_history(tags: Mapping[str, str], alias: str = CHAMPION) -> list[HistoryEntry]:
-    """Every recorded move of ``alias``, oldest first: the legacy list, then one tag each."""
-    history = []
-    legacy = tags.get(legacy_history_tag(alias))
-    if legacy and legacy.strip():
-        for item in json.loads(legacy):
-            since = _utc(item["since"], f"'since' of {legacy_history_tag(alias)} entry")
-            history.append(HistoryEntry(version=str(item["version"]), effective=since))
-        history.sort(key=lambda entry: entry.effective)
-    prefix = f"{legacy_history_tag(alias)}."
-    for key in sorted(k for k in tags if k.startswith(prefix) and k[len(prefix) :].isdigit()):
-        try:
-            item = json.loads(tags[key])
-            history.append(
-                HistoryEntry(
-                    version=str(item["version"]),
-                    effective=_utc(item["effective"], "effective"),
-                    moved_at=_utc(item["moved_at"], "moved_at"),
-                    logical_time=_utc(item["logical_time"], "logical_time") if item.get("logical_time") else None,
-                    state=item["state"],
-                    run=item.get("run"),
-                    tag=key,
-                    seq=int(key[len(prefix) :]),
-                )
-            )
-        except (TypeError, KeyError, ValueError) as err:
-            raise ValueError(f"registered-model tag {key!r} is not a promotion entry: {err}") from err
-    return history
 
 
 def next_entry(
@@ -378,5 +309,5 @@ def promote_to_champion(
         client.set_registered_model_tag(model_name, entry.tag, entry.value())
         client.set_registered_model_alias(model_name, CHAMPION, version)
         client.set_registered_model_tag(model_name, entry.tag, replace(entry, state=DONE).value())
-    client.set_model_version_tag(model_name, version, TAG_PROMOTED_AT, _iso(entry.moved_at))
+    client.set_model_version_tag(model_name, version, TAG_PROMOTED_AT, iso(entry.moved_at))
     return PromotionOutcome(moved=True, refusal=None, champion_before=champion_now)

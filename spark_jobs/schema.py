@@ -52,7 +52,8 @@ def curated_arrow_table(workflow: Workflow, row_ids, labels, features):
     import numpy as np
     import pyarrow as pa
 
-    from spark_jobs.features import SPARK_ROW_METADATA, encode
+    from ml_contract.tensors import SPARK_ROW_METADATA
+    from spark_jobs.features import encode
 
     table = pa.table(
         {

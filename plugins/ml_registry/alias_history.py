@@ -15,17 +15,19 @@ stays exact for what was recorded then.
 An entry still ``pending`` (the writer died between recording a move and making it) counts
 only when the alias does point to its version; the next promotion repairs it either way.
 
-The scheduler cannot import ``spark_jobs`` (only ``dags/`` and ``plugins/`` are on its
-path), so this reader follows the format documented in ``docs/registry_gate.md``; a round-trip
-test writes with the job's module and reads with this one. Standard library only.
+The tags' names and values are the contract's (:mod:`ml_contract.history`), parsed here by
+its reader, the writer's own; a round-trip test writes with the job's module and reads with
+this one. Standard library only.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from ml_contract.history import PENDING, legacy_history_tag
+from ml_contract.history import read_history as read_entries
 
 
 @dataclass(frozen=True)
@@ -39,32 +41,7 @@ class Promotion:
 
 def history_tag(alias: str) -> str:
     """Prefix of ``alias``'s history tags (and the name of the legacy single-tag history)."""
-    return f"{alias}_history"
-
-
-def _utc(value: object, what: str) -> dt.datetime:
-    # A naive timestamp would be read in whatever zone the reading machine is in.
-    when = dt.datetime.fromisoformat(str(value))
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise ValueError(f"{what} {value!r} has no UTC offset")
-    return when.astimezone(dt.UTC)
-
-
-def _legacy(value: str, tag: str) -> list[Promotion]:
-    try:
-        entries = json.loads(value)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"tag {tag!r} is not JSON: {err}") from err
-    if not isinstance(entries, list):
-        raise ValueError(f"tag {tag!r} must be a JSON list, got {type(entries).__name__}")
-    history = []
-    for entry in entries:
-        try:
-            history.append(Promotion(str(entry["version"]), _utc(entry["since"], f"'since' of {entry!r}")))
-        except (TypeError, KeyError, ValueError) as err:
-            raise ValueError(f"malformed entry {entry!r} in tag {tag!r}: {err}") from err
-    # Stable sort: a hand-edited list with entries out of order still reads right.
-    return sorted(history, key=lambda promotion: promotion.effective)
+    return legacy_history_tag(alias)
 
 
 def read_history(tags: Mapping[str, str] | None, alias: str, alias_version: str | None) -> list[Promotion]:
@@ -72,18 +49,7 @@ def read_history(tags: Mapping[str, str] | None, alias: str, alias_version: str 
 
     Malformed entries raise ``ValueError`` naming the tag: a guess would pin the wrong model.
     """
-    tags = tags or {}
-    prefix = history_tag(alias)
-    history = _legacy(tags[prefix], prefix) if (tags.get(prefix) or "").strip() else []
-    keys = sorted(key for key in tags if key.startswith(f"{prefix}.") and key[len(prefix) + 1 :].isdigit())
-    for key in keys:
-        try:
-            entry = json.loads(tags[key])
-            history.append(
-                Promotion(str(entry["version"]), _utc(entry["effective"], "effective"), entry["state"] == "pending")
-            )
-        except (TypeError, KeyError, ValueError) as err:
-            raise ValueError(f"tag {key!r} is not a promotion entry: {err}") from err
+    history = [Promotion(e.version, e.effective, e.state == PENDING) for e in read_entries(tags, alias)]
     if (
         history
         and history[-1].pending

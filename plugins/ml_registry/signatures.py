@@ -12,23 +12,20 @@ Two kinds of signature:
   the same or a safely widening type.
 
 The plugin does not import ``spark_jobs`` (the Airflow side has only ``dags/`` and
-``plugins/`` on its path): the metadata key and layout are written down in
-``spark_jobs/features.py`` and ``docs/registry_gate.md``, and ``tests/plugins/test_gate.py``
-checks partitions written by ``spark_jobs``' own writer. Imports nothing heavy at module
+``plugins/`` on its path): the metadata key and its footer are the contract's
+(:mod:`ml_contract.tensors`, which the jobs' writer uses too), and
+``tests/plugins/test_gate.py`` checks partitions written by ``spark_jobs``' own writer. Imports nothing heavy at module
 level (the scheduler parses DAG files that import the operator).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-FEATURES_COL = "features"
-TENSOR_METADATA_KEY = "ml_tensor"
-SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+from ml_contract.tensors import FEATURES_COL, TENSOR_METADATA_KEY, footer_tensor_metadata
 
 # Data type -> signature types it may feed without loss, following the conversions
 # MLflow's schema enforcement accepts (int32 widens to int64 and float64; float32 to float64).
@@ -118,16 +115,11 @@ def _dataset_tensor_problems(name: str, takes: tuple, model: str, path: str) -> 
 
 def _footer_layout(schema: Any, name: str) -> tuple[str, tuple[int, ...]] | None:
     """(dtype, shape) of column ``name`` from a file's Spark row metadata, or None."""
-    raw = (schema.metadata or {}).get(SPARK_ROW_METADATA)
+    tensor = footer_tensor_metadata(schema.metadata, name)
     try:
-        fields = json.loads(raw).get("fields", []) if raw else []
-        for field in fields:
-            if field.get("name") == name:
-                tensor = (field.get("metadata") or {}).get(TENSOR_METADATA_KEY)
-                return None if tensor is None else (str(tensor["dtype"]), _shape(tensor["shape"]))
-    except (ValueError, TypeError, KeyError, AttributeError):
+        return None if tensor is None else (str(tensor["dtype"]), _shape(tensor["shape"]))
+    except (ValueError, TypeError, KeyError):
         return None
-    return None
 
 
 def _shape(value: Any) -> tuple[int, ...]:

@@ -241,7 +241,7 @@ def test_each_scoring_ships_its_model_to_the_executors_under_a_name_of_its_own(s
 def test_a_malformed_features_value_fails_the_job_naming_it(spark, tmp_path, mnist_model):
     import pyarrow as pa
 
-    from spark_jobs.features import SPARK_ROW_METADATA
+    from ml_contract.tensors import SPARK_ROW_METADATA
     from spark_jobs.schema import curated_schema
 
     partition = tmp_path / "curated" / f"ds={DS}"
