@@ -11,18 +11,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from airflow.sdk import BaseHook
 
+from ml_contract.environment import MLFLOW_CLIENT_VARS
+
 if TYPE_CHECKING:
     from airflow.sdk import Connection
     from mlflow import MlflowClient
 
 # Everything MLflow clients read to reach and authenticate to the server. ``get_conn`` clears
 # the ones a connection does not set, so credentials of another connection never linger.
-CLIENT_ENV_VARS = (
-    "MLFLOW_TRACKING_URI",
-    "MLFLOW_TRACKING_USERNAME",
-    "MLFLOW_TRACKING_PASSWORD",
-    "MLFLOW_TRACKING_TOKEN",
-)
+CLIENT_ENV_VARS = MLFLOW_CLIENT_VARS
 
 
 class MlflowServerUnavailableError(ConnectionError):

@@ -10,6 +10,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
+from ml_contract.environment import MLFLOW_CREDENTIAL_VARS
 from ml_registry.job_processes import (
     attempts_of,
     job_env,
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MLFLOW_CREDENTIAL_VARS", "MlflowSparkSubmitOperator", "terminate_process_tree"]
 
-# What an MLflow client authenticates with; the tracking URI alone is not a secret.
-MLFLOW_CREDENTIAL_VARS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 
 # Task state (kept across a task's tries) of where the last attempt submitted its job.
 SUBMITTED_ON_KEY = "ml_spark_job_host"

@@ -8,7 +8,8 @@ from typing import Any
 
 from airflow.providers.microsoft.azure.operators.synapse import AzureSynapseRunSparkBatchOperator
 
-MLFLOW_URI_VAR = "MLFLOW_TRACKING_URI"
+from ml_contract.environment import MLFLOW_URI_VAR
+
 # Synapse pools run Spark on YARN: the driver's environment comes from appMasterEnv.
 ENV_CONF_PREFIXES = ("spark.yarn.appMasterEnv.", "spark.executorEnv.")
 
