@@ -25,6 +25,7 @@ import pytest
 from platform_support import CURATED_DS, MODEL, ON_DEMAND, ON_NEW_CHAMPION, RUN_TIMEOUT_S, output
 
 from local_stack import REPO, wait_until
+from spark_jobs import workflows
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = REPO / "var" / "screenshots"
@@ -234,7 +235,9 @@ def test_a_run_triggered_from_the_form_runs_with_the_typed_params(platform, form
     assert run["triggered_by"] == "ui"
     conf = run["conf"]
     assert (conf["epochs"], conf["window_days"], conf["end_ds"], conf["promote"]) == (3, 1, DS, False)
-    assert (conf["learning_rate"], conf["backend"]) == (0.05, "horovod")  # the defaults, untouched
+    # The defaults, untouched: the workflow's declared rate and the platform's backend.
+    declared_rate = workflows.load("mnist").model.training.learning_rate
+    assert (conf["learning_rate"], conf["backend"]) == (declared_rate, "horovod")
     assert {t["task_id"]: t["state"] for t in tasks}["publish_champion"] == "skipped"  # not promoted
 
 
