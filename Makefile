@@ -1,5 +1,5 @@
 # The two commands of the README, and the benchmark suite. Each creates or reuses .venv by itself.
-.PHONY: demo up down test test-fast lint format bench
+.PHONY: demo up down test test-fast lint format bench check
 
 demo:
 	scripts/setup_env.sh
@@ -13,6 +13,12 @@ up:
 
 down:
 	.venv/bin/python scripts/platform_stack.py down
+
+# A workflow declaration checked end to end before a scheduler sees it (every declared one
+# without WORKFLOW=): its keys, its model built, scripted and run on sample rows, its DAGs.
+check:
+	scripts/setup_env.sh
+	.venv/bin/python scripts/check_workflow.py $(WORKFLOW)
 
 test:
 	scripts/setup_env.sh --dev

@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dags"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins"))
 
 from local_stack import REPO, VENV_BIN, LocalStack  # noqa: E402
 from ml_platform.config import PlatformConfig, load_config  # noqa: E402

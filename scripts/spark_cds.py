@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "dags"))
+# ml_platform (dags/) imports the contract (plugins/ml_contract), as on the scheduler's path.
+sys.path[:0] = [str(REPO / "dags"), str(REPO / "plugins")]
 from ml_platform.config import SHORT_JOB_JVM_OPTIONS, SPARK_CDS_ARCHIVE  # noqa: E402
 
 # The job whose JVM the archive is dumped from: the kinds of work the platform's jobs do.
