@@ -3,7 +3,7 @@
 
 demo:
 	scripts/setup_env.sh
-	.venv/bin/python scripts/run_nightly.py
+	.venv/bin/python scripts/run_nightly.py $(if $(WORKFLOW),--workflow $(WORKFLOW))
 
 # The platform to work in: Airflow (UI, scheduler, DAG processor, triggerer) and MLflow on an
 # embedded PostgreSQL, on 127.0.0.1, until `make down` (scripts/platform_stack.py).
