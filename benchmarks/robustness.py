@@ -7,9 +7,9 @@ spark_jobs/entrypoints/train.py``, Horovod, 2 ranks on local[2], the workflow's 
 rows and with a different ``--seed`` (initial weights, shuffles). The figure of a run is
 the held-out metric of the weights it logs: the best epoch's validation metric over the
 window's held-out rows (the rows and weights the register job evaluates; the two agree,
-``tests/unit/test_train_backends.py``). Reported: min / median / max, how many runs reached
-the workflow's promotion floor, and every run (day, seed, best epoch, epochs trained, why it
-stopped) in a table.
+``tests/unit/test_train_backends.py``). Reported: min / median / max, the worst night against
+the median one, how many runs reached the workflow's promotion floor, and every run (day,
+seed, best epoch, epochs trained, why it stopped) in a table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import datetime as dt
 import json
 from dataclasses import asdict
 
-from benchmarks.core import BenchResult, Target, log
+from benchmarks.core import BenchResult, Ratio, Target, log
 from benchmarks.data import write_curated_day
 from benchmarks.env import Benchmark
 from ml_platform.job_arguments import TrainArguments
@@ -88,12 +88,17 @@ class RobustnessBench(Benchmark):
             r.add(f"{name}_held_out", f"{name}: held-out {unit} of the logged model", unit, values)
             worst = max(values) if workflow.metric.direction == "min" else min(values)
             r.add(f"{name}_worst", f"{name}: worst held-out {unit} of {len(values)} nights", unit, [worst])
-            passed = sum(passes(workflow, value) for value in values)
-            r.add(f"{name}_passed", f"{name}: nights at the promotion floor or better", "runs", [passed])
+            r.ratios.append(Ratio(f"{name}_worst", f"{name}_held_out", f"{name}: worst night / median night"))
             op = ">=" if workflow.metric.direction == "max" else "<="
-            floor = workflow.promotion.floor if name != "mnist" else 0.95
+            # mnist's target is above its promotion floor (0.93): the issue's 0.95.
+            target = max(workflow.promotion.floor, 0.95) if name == "mnist" else workflow.promotion.floor
             r.targets.append(
-                Target(f"{name}: every night's held-out {unit} {op} {floor:g}", f"{name}_worst", op, floor)
+                Target(f"{name}: every night's held-out {unit} {op} {target:g}", f"{name}_worst", op, target)
+            )
+            at_floor = sum(passes(workflow, value) for value in values)
+            r.notes.append(
+                f"{name}: {at_floor} of {len(values)} nights reached the promotion floor "
+                f"({unit} {op} {workflow.promotion.floor:g}), worst {worst:g}"
             )
         r.tables["runs"] = rows
         r.settings = {

@@ -235,7 +235,7 @@ def test_a_diverging_rate_never_leaves_a_broken_version_promoted_or_unexplained(
 
     rate = workflows.load("mnist").model.training.learning_rate * 100
     before = mlflow_client.get_model_version_by_alias(MODEL, "champion")
-    conf = {"learning_rate": rate, "epochs": 4, "end_ds": DAYS[-1], "window_days": len(DAYS), "promote": True}
+    conf = {"learning_rate": rate, "epochs": 2, "end_ds": DAYS[-1], "window_days": 1, "promote": True}
     status, run = services.api("POST", "/dags/mnist_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
     assert status == 200, run
     final = finished_run(services, "mnist_train_on_demand", run["dag_run_id"])

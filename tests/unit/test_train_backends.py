@@ -76,12 +76,9 @@ def work_dir(stack: dict, workflow: str, backend: str) -> Path:
     return stack["root"] / f"{workflow}-{backend}"
 
 
-def submit_training(
-    stack: dict, workflow: str, backend: str, name: str = ""
-) -> tuple[subprocess.CompletedProcess, Path, float]:
-    """spark-submit the train entry point the way the DAG does (in a work folder of its own
-    per ``name``); returns (process, manifest, seconds)."""
-    work = work_dir(stack, workflow, backend).with_name(work_dir(stack, workflow, backend).name + name)
+def submit_training(stack: dict, workflow: str, backend: str) -> tuple[subprocess.CompletedProcess, Path, float]:
+    """spark-submit the train entry point the way the DAG does; returns (process, manifest, seconds)."""
+    work = work_dir(stack, workflow, backend)
     work.mkdir()
     manifest = work / "train.json"
     args = TrainArguments(
@@ -234,7 +231,9 @@ def test_the_logged_model_has_the_workflows_tensor_signature_and_predicts(traini
 @pytest.mark.parametrize("workflow", WORKFLOWS)
 def test_backends_run_the_same_training(training_stack, trained, workflow):
     """Same shards, seeds, thread count and loop: the backends differ only in how ranks
-    talk, and with two ranks that changes no bit. A sum of two floats does not depend on
+    talk, and with two ranks that changes no bit (with the run-to-run determinism of the
+    loop, tests/unit/test_training_loop.py, this makes either backend reproducible: the
+    same window, seed and ranks give the same held-out metric). A sum of two floats does not depend on
     their order, and halving one is exact (subnormals aside), whether the gradients are
     halved before the all-reduce (DistributedDataParallel) or after it (Horovod). So every
     epoch's loss and metric are equal, not only close: any difference means the backends
@@ -354,29 +353,6 @@ def test_the_held_out_rows_are_evaluated_every_epoch(training_stack, trained, wo
     best = (max if workflow == "mnist" else min)(curve)
     assert manifest["best_metrics"][VAL_METRIC[workflow]] == best
     assert manifest["best_metrics"]["epoch"] == manifest["best_epoch"] == curve.index(best) + 1
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_the_same_window_seed_backend_and_ranks_give_the_same_held_out_metric(training_stack, trained, backend):
-    """Reproducible: a second run of the same job trains the same epochs to the same
-    validation curve, keeps the same best epoch and logs weights with the same held-out
-    metric, to the bit."""
-    from mlflow import MlflowClient
-
-    _, first = trained("mnist", backend)
-    proc, again_path, _ = submit_training(training_stack, "mnist", backend, name="again")
-    assert proc.returncode == 0, proc.stderr[-8000:]
-    again = json.loads(again_path.read_text())
-    assert again["run_id"] != first["run_id"]
-    assert again["best_epoch"] == first["best_epoch"]
-
-    def learned(metrics: dict) -> dict:  # everything but the throughput
-        return {k: v for k, v in metrics.items() if k != "samples_per_second"}
-
-    assert learned(again["best_metrics"]) == learned(first["best_metrics"])
-    client = MlflowClient(tracking_uri=training_stack["tracking_uri"])
-    curves = [metric_values(client, m["run_id"], "val_loss") for m in (first, again)]
-    assert curves[0] == curves[1]
 
 
 @pytest.mark.parametrize("workflow", WORKFLOWS)

@@ -176,3 +176,14 @@ def test_a_resumed_run_keeps_the_best_epoch_found_before_the_restart(shards, tmp
         for key, tensor in first["state_dict"].items():
             assert result["state_dict"][key].equal(tensor), key
     assert len(resumed[0]["history"]) > 3, "the retry trained on after the checkpoint"
+
+
+def test_the_same_rows_seed_and_ranks_train_the_same_model(shards, tmp_path):
+    """Reproducible: two runs of the declared training on the same shards with the same seed
+    and ranks give the same curve, the same best epoch and the same weights, to the bit."""
+    cfg = replace(config(), epochs=2)
+    first, again = (train_on_ranks(cfg, shards, tmp_path / name)[0] for name in ("first", "again"))
+    assert learned(again["history"]) == learned(first["history"])
+    assert again["best_epoch"] == first["best_epoch"] >= 1
+    for key, tensor in first["state_dict"].items():
+        assert again["state_dict"][key].equal(tensor), key
