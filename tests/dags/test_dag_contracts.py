@@ -12,9 +12,11 @@ from typing import Any
 import pendulum
 import pytest
 
+from ml_platform.workflows import declared
+
 SCORING_DAGS = {
     f"{workflow}_{dag}"
-    for workflow in ("mnist", "diabetes")
+    for workflow in declared()
     for dag in ("nightly_retrain", "batch_scoring", "bulk_backfill_scoring", "score_on_new_champion")
 }
 

@@ -334,7 +334,7 @@ def test_an_unknown_workflow_is_a_one_line_error_before_spark_starts(monkeypatch
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--quarantine-root", "q"])
     assert exit_info.value.code == 1
-    assert "ingest failed: no workflow 'nope': declared are diabetes, mnist" in caplog.text
+    assert f"ingest failed: no workflow 'nope': declared are {', '.join(workflows.available())}" in caplog.text
 
 
 # --- the diabetes workflow: float32 label and ten named float32 columns -----------------

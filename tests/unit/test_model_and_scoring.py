@@ -290,7 +290,8 @@ def test_the_workflow_defaults_to_the_models_metadata(diabetes_model, mnist_mode
 def test_a_model_naming_no_workflow_needs_the_flag(anonymous_model):
     from spark_jobs.score import workflow_of
 
-    with pytest.raises(ValueError, match=r"names no workflow .*pass --workflow, one of diabetes, mnist"):
+    declared = ", ".join(workflows.available())
+    with pytest.raises(ValueError, match=rf"names no workflow .*pass --workflow, one of {declared}"):
         workflow_of(pin_model(anonymous_model), None)
     assert workflow_of(pin_model(anonymous_model), "diabetes") == DIABETES
 

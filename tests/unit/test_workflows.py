@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ml_contract.workflows import DTYPE_LIMITS, FEATURE_DTYPES
 from spark_jobs import features, workflows
 from spark_jobs.workflows import WorkflowError, parse_workflow
 
@@ -41,7 +42,7 @@ def test_diabetes_is_a_tabular_float32_regression_where_lower_is_better():
 
 
 def test_an_unknown_workflow_names_the_declared_ones():
-    with pytest.raises(WorkflowError, match=r"no workflow 'nope': declared are diabetes, mnist"):
+    with pytest.raises(WorkflowError, match=rf"no workflow 'nope': declared are {', '.join(workflows.available())}$"):
         workflows.load("nope")
     with pytest.raises(WorkflowError, match="must match"):
         workflows.load("../mnist")
@@ -121,3 +122,10 @@ def test_a_value_of_the_wrong_length_is_refused_naming_it():
         features.decode(column, layout)
     with pytest.raises(ValueError, match="1 null features values"):
         features.decode(pa.array([b"\x00" * 40, None], type=pa.binary()), layout)
+
+
+@pytest.mark.parametrize("dtype", FEATURE_DTYPES)
+def test_the_contracts_dtype_limits_are_numpys(dtype):
+    """The contract checks declared ranges against limits written out (no numpy at DAG parse)."""
+    info = np.iinfo(dtype) if np.issubdtype(np.dtype(dtype), np.integer) else np.finfo(dtype)
+    assert DTYPE_LIMITS[dtype] == (info.min, info.max)
