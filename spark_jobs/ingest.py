@@ -56,6 +56,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ml_contract.layout import PARTITION_COL, partition_path
+from ml_contract.workflows import FIELD_NAME
 from spark_jobs import workflows
 from spark_jobs.features import FEATURES_COL, encode
 from spark_jobs.partitions import parse_ds, replace_partitions
@@ -99,7 +100,7 @@ _CONTROL_CHARS = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 # reader splits lines on LF and CR only, so these stay inside a row.
 _LINE_SEPARATORS = "[\u0085\u2028\u2029]"
 # One column name of a header line; the same pattern for Python's re and Java's regex.
-_COLUMN_NAME = r' *"?[A-Za-z_][A-Za-z0-9_]*"? *'
+_COLUMN_NAME = rf' *"?{FIELD_NAME}"? *'
 _REJECTED_DIR = "_rejected"
 
 

@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # numpy is imported where an array is made: the DAG files par
 __all__ = [
     "DIRECTIONS",
     "FEATURE_DTYPES",
+    "FIELD_NAME",
     "LABEL_DTYPES",
     "LOSSES",
     "METRICS",
@@ -99,6 +100,9 @@ __all__ = [
 ]
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+# A raw field's name (the label, a tabular column, a tensor's field prefix): what a CSV header
+# may name, so that ingest can tell a header line from a row (spark_jobs.ingest).
+FIELD_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 DIRECTIONS = ("max", "min")
 LOSSES = ("nll", "mse")
 METRICS = ("accuracy", "rmse")
@@ -304,7 +308,7 @@ def parse_workflow(data: dict, source: str) -> Workflow:
     raw_format = _choice(dataset, "raw_format", ("csv",), f"{source} [dataset]")
     label_t = _get(dataset, "label", dict, f"{source} [dataset]")
     label = Label(
-        name=_get(label_t, "name", str, f"{source} [dataset.label]"),
+        name=_field_name(_get(label_t, "name", str, f"{source} [dataset.label]"), f"{source} [dataset.label]"),
         dtype=_choice(label_t, "dtype", LABEL_DTYPES, f"{source} [dataset.label]"),
         min=_get(label_t, "min", number, f"{source} [dataset.label]"),
         max=_get(label_t, "max", number, f"{source} [dataset.label]"),
@@ -456,7 +460,7 @@ def _parse_features(table: dict, source: str) -> TensorFeatures:
         if not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
             raise WorkflowError(f"{source}: shape must be a list of positive integers, got {shape!r}")
         low, high = _get(table, "min", number, source), _get(table, "max", number, source)
-        prefix = _get(table, "raw_field_prefix", str, source)
+        prefix = _field_name(_get(table, "raw_field_prefix", str, source), source)
         columns = tuple(FeatureColumn(f"{prefix}{i}", low, high) for i in range(math.prod(shape)))
     else:
         listed = _get(table, "columns", list, source)
@@ -464,7 +468,7 @@ def _parse_features(table: dict, source: str) -> TensorFeatures:
             raise WorkflowError(f"{source}: columns must list at least one column")
         columns = tuple(
             FeatureColumn(
-                _get(c, "name", str, f"{source} columns[{i}]"),
+                _field_name(_get(c, "name", str, f"{source} columns[{i}]"), f"{source} columns[{i}]"),
                 _get(c, "min", number, f"{source} columns[{i}]"),
                 _get(c, "max", number, f"{source} columns[{i}]"),
             )
@@ -483,6 +487,15 @@ def _parse_features(table: dict, source: str) -> TensorFeatures:
                 f"{source}: {column.name} range {column.min}..{column.max} must be ordered and fit {dtype}"
             )
     return TensorFeatures(layout=layout, shape=tuple(shape), dtype=dtype, columns=columns)
+
+
+def _field_name(name: str, source: str) -> str:
+    if not re.fullmatch(FIELD_NAME, name):
+        raise WorkflowError(
+            f"{source}: name {name!r} is not a CSV field name: letters, digits and '_', not starting "
+            "with a digit (a header naming it could not be told from a row)"
+        )
+    return name
 
 
 def _bad_column(value, index: int, source: str):

@@ -60,6 +60,8 @@ def test_an_unknown_workflow_names_the_declared_ones():
         (lambda d: d["output"].update(classes=3), "labels 0..classes-1"),
         (lambda d: d["model"]["training"].update(epochs="ten"), "'epochs' must be"),
         (lambda d: d["dataset"].update(raw_format="xml"), "'raw_format' is 'xml', allowed: csv"),
+        (lambda d: d["dataset"]["label"].update(name="1st"), r"\[dataset.label\]: name '1st' is not a CSV field"),
+        (lambda d: d["features"].update(raw_field_prefix="px-"), "name 'px-' is not a CSV field name"),
     ],
 )
 def test_a_wrong_declaration_is_refused_naming_the_key(edit, message):
@@ -73,6 +75,16 @@ def test_a_tabular_declaration_refuses_repeated_columns():
     data = copy.deepcopy(declaration("diabetes"))
     data["features"]["columns"][1]["name"] = "age"
     with pytest.raises(WorkflowError, match="column names repeat"):
+        parse_workflow(data, "workflow diabetes.toml")
+
+
+@pytest.mark.parametrize("name", ["blood pressure", "bp/mmHg", "2nd", "", "s\u00e9rum"])
+def test_a_column_a_csv_header_could_not_name_is_refused(name):
+    """Ingest tells a header from a row by its field names (letters, digits, '_'): a declared
+    name outside them would make the header a quarantined row, so the declaration is refused."""
+    data = copy.deepcopy(declaration("diabetes"))
+    data["features"]["columns"][3]["name"] = name
+    with pytest.raises(WorkflowError, match=r"columns\[3\]: name .* is not a CSV field name"):
         parse_workflow(data, "workflow diabetes.toml")
 
 
