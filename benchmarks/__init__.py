@@ -2,5 +2,5 @@
 
 ``python -m benchmarks`` (``make bench``) generates its own data, runs each benchmark
 side by side with its baselines, and writes ``benchmarks/results/`` (results.md,
-results.json, plots). See the README's "Performance" section and ``--help``.
+results.json, plots). See docs/performance.md and ``--help``.
 """

@@ -9,7 +9,7 @@ both run the DAGs exactly the same way. Everything lives under one state folder
     <state>/data      the storage root (raw drops, curated, quarantine, predictions)
 
 Cluster deployments do not use this module: they set the same ML_* variables and the
-``spark_default`` / ``mlflow_default`` connections (see README, "Deploying").
+``spark_default`` / ``mlflow_default`` connections (see docs/deploying.md).
 
 :class:`Azurite` is the Azure Storage emulator's Blob service on loopback, for the tests of
 the Azure deployment (landing zone, MLflow artifacts and checkpoints on blob storage).

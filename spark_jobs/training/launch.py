@@ -83,7 +83,7 @@ def _bind_horovod_rank(config: TrainConfig) -> None:
     threads (Horovod's background thread, Gloo's transport loop), which inherit the binding:
     a rank's compute and communication threads then hand over on one core instead of waking
     each other across cores (on 2 cores, the same job unbound and bound side by side: 0.54x
-    -> 0.67x of one process, README, Performance). Not with a GPU, nor with ``TrainConfig.bind_cores`` off.
+    -> 0.67x of one process, docs/performance.md). Not with a GPU, nor with ``TrainConfig.bind_cores`` off.
 
     Horovod only: TorchDistributor starts each rank as a torchrun node of one process in a
     Spark task of its own, so no rank knows the others on its host."""

