@@ -41,6 +41,7 @@ import threading
 import time
 from dataclasses import asdict
 
+from ml_contract.exit_codes import EXIT_NOT_RETRYABLE
 from ml_contract.layout import HOLDOUT_PCT, SPLIT_SEED
 from spark_jobs import tracking, workflows
 from spark_jobs.dataset import filter_holdout_rows, filter_training_rows
@@ -244,6 +245,11 @@ def main(argv: list[str] | None = None, started_at: float | None = None) -> None
         }
         write_json(spark, args.output_manifest, manifest)
         log.info("training manifest: %s", json.dumps(manifest))
+    except TrainingDiverged as err:
+        # The run's rate or data, not the machine: the same arguments diverge again, so the
+        # task that submitted this job fails without retrying (ml_contract.exit_codes).
+        log.error("TrainingDiverged: %s", err)
+        raise SystemExit(EXIT_NOT_RETRYABLE) from None
     finally:
         spark.stop()
 

@@ -11,6 +11,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
 from ml_contract.environment import MLFLOW_CREDENTIAL_VARS
+from ml_contract.exit_codes import EXIT_NOT_RETRYABLE
 from ml_registry.job_processes import (
     attempts_of,
     job_env,
@@ -33,7 +34,7 @@ SUBMITTED_ON_KEY = "ml_spark_job_host"
 class MlflowSparkSubmitOperator(SparkSubmitOperator):
     """Submit a Spark application that talks to MLflow.
 
-    Behaves like :class:`SparkSubmitOperator`, with three differences:
+    Behaves like :class:`SparkSubmitOperator`, with these differences:
 
     - At execute time it reads the MLflow connection and adds ``MLFLOW_TRACKING_URI`` (and
       the basic-auth or token credentials, when the connection has them) to the spark-submit
@@ -57,6 +58,9 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
       there the provider passes no environment to the driver at all (the job's identity and
       MLflow URI travel that way), and Spark's standalone master runs no Python application
       in cluster deploy mode. Client deploy mode (the default) works on a standalone master.
+    - A job that exits with :data:`ml_contract.exit_codes.EXIT_NOT_RETRYABLE` (its own
+      arguments are at fault: a training that diverged with no usable epoch) fails the task
+      with :class:`AirflowFailException`, without retries; every other failure retries as usual.
 
     :param mlflow_conn_id: Airflow connection of the MLflow tracking server.
     :param pass_mlflow_credentials: Pass the connection's login/password/token to the job.
@@ -102,7 +106,16 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         self.attempt = ti.try_number
         self.stop_earlier_attempts(context)
         self.env_vars = {**(self.env_vars or {}), **self.mlflow_env(), **job_env(self.job_key, self.attempt)}
-        return super().execute(context)
+        try:
+            return super().execute(context)
+        except Exception as err:
+            submitted = getattr(self._hook, "_submit_sp", None)
+            if submitted is None or submitted.returncode != EXIT_NOT_RETRYABLE:
+                raise
+            raise AirflowFailException(
+                f"the job exited with status {EXIT_NOT_RETRYABLE}: its error, in the log above, would "
+                "recur with the same arguments, so the task fails without retrying"
+            ) from err
 
     def stop_earlier_attempts(self, context: Context) -> None:
         """Stop what earlier attempts of this task left running here; warn when the last

@@ -255,6 +255,8 @@ def test_a_diverging_rate_never_leaves_a_broken_version_promoted_or_unexplained(
         assert tis["publish_champion"]["state"] == "skipped" and final["state"] == "success"
     else:
         assert versions == [] and final["state"] == "failed"
+        # Not retried: the same rate diverges again (the job's exit status says so).
+        assert tis["train_model"]["try_number"] == 1 and tis["train_model"]["state"] == "failed", tis["train_model"]
         assert trained.info.status == "FAILED" and trained.data.tags["stop_reason"] == "diverged"
         log = task_log(services, "mnist_train_on_demand", run["dag_run_id"], "train_model")
         assert "TrainingDiverged: training diverged with no usable epoch" in log, log[-3000:]

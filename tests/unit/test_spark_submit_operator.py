@@ -103,3 +103,44 @@ def test_env_vars_reach_spark_submits_environment_on_a_local_master(monkeypatch,
     got = json.loads(seen.read_text())
     assert got["env"]["ML_SPARK_JOB"] == "d/t/r/-1"
     assert not any("ML_SPARK_JOB" in arg for arg in got["argv"])
+
+
+@pytest.fixture
+def spark_submit(monkeypatch, tmp_path):
+    """The real ``spark-submit`` of this environment on a local master, as the operator's
+    hook runs it (the test's tier: integration); an MLflow connection the job never calls."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps(CONNECTIONS["local"]))
+    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_UNDER_TEST", json.dumps({"conn_type": "http", "host": "127.0.0.1"}))
+
+    def submit(status: int) -> None:
+        from ml_registry.spark_submit import MlflowSparkSubmitOperator
+
+        job = tmp_path / f"exit_{status}.py"
+        job.write_text(f"print('the job fails with status {status}')\nraise SystemExit({status})\n")
+        operator = MlflowSparkSubmitOperator(
+            task_id="train", application=str(job), conn_id="spark_under_test", mlflow_conn_id="mlflow_under_test"
+        )
+        ti = SimpleNamespace(dag_id="d", task_id="train", run_id="r", map_index=-1, try_number=1)
+        operator.execute({"ti": ti})
+
+    return submit
+
+
+def test_a_job_exiting_not_retryable_fails_the_task_without_retries_others_retry(spark_submit):
+    """spark-submit passes its driver's exit status on (client deploy mode): a job that exits
+    with EXIT_NOT_RETRYABLE (a diverged training) fails the task at once, any other status
+    stays an ordinary failure that Airflow retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from ml_contract.exit_codes import EXIT_NOT_RETRYABLE
+
+    with pytest.raises(AirflowFailException, match=f"exited with status {EXIT_NOT_RETRYABLE}.*without retrying"):
+        spark_submit(EXIT_NOT_RETRYABLE)
+    with pytest.raises(Exception, match="Error code is: 1") as retried:
+        spark_submit(1)
+    assert not isinstance(retried.value, AirflowFailException)
