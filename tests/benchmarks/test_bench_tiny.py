@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -58,6 +59,9 @@ def tiny_report(tmp_path_factory, report_figure):
             str(tmp_path_factory.mktemp("bench-work")),
         ],
         cwd=REPO,
+        # As `make bench` runs it: without the PYTHONPATH this test session gives its own
+        # Spark workers (tests/spark_sessions.py), which hid a benchmark that could not import.
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,

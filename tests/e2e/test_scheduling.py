@@ -28,7 +28,7 @@ BULK = "mnist_bulk_backfill_scoring"
 ON_NEW_CHAMPION = "mnist_score_on_new_champion"
 ROWS = 1000
 DAYS = [f"2026-11-0{d}" for d in range(1, 4)]  # ds 2026-11-01 .. 2026-11-03
-FIRST_DAYS = DAYS[:2]  # the first backfill; the reprocess adds the last day
+FIRST_DAYS = DAYS[:1]  # the first backfill; the reprocess adds the other days
 MISSING_DAY = "2026-11-04"  # no drop: never curated
 UNKNOWN_KEY = "unknown_key"  # the key tests/e2e/dags/e2e_airflow_paths.py triggers with
 MARKER_VAR = "E2E_MARKER"  # ditto: set on every process of e2e_spark_kill's jobs
@@ -78,18 +78,23 @@ def scored(stack, ds: str):
     return pads.dataset(str(path), format="parquet").to_table().sort_by([("row_id", "ascending")])
 
 
+def scored_files(stack, ds: str) -> set[str]:
+    return {p.name for p in (stack.storage_root / "predictions" / "mnist" / f"ds={ds}").glob("*.parquet")}
+
+
 def curated_rows(stack, ds: str) -> int:
     return pads.dataset(str(stack.storage_root / "curated" / "mnist" / f"ds={ds}"), format="parquet").count_rows()
 
 
 @pytest.fixture(scope="module")
 def backfills(services, champion):
-    """Two days backfilled, then three days with ``--reprocess-behavior completed`` (the
-    first two are reprocessed, the third is new), then one bulk run over the same three
+    """One day backfilled, then three days with ``--reprocess-behavior completed`` (the
+    first is reprocessed, the other two are new), then one bulk run over the same three
     days and one more, never curated. Scored tables are kept after each step; wall
     times of the last two."""
     backfill(services, FIRST_DAYS[0], FIRST_DAYS[-1])
     first = {ds: scored(services, ds) for ds in FIRST_DAYS}
+    first_files = {ds: scored_files(services, ds) for ds in FIRST_DAYS}
     # Reprocessed runs keep the conf of their earlier run unless one is given: say "current".
     daily_seconds = backfill(
         services,
@@ -101,6 +106,7 @@ def backfills(services, champion):
         json.dumps({"model_policy": "current"}),
     )
     daily = {ds: scored(services, ds) for ds in DAYS}
+    rewritten = {ds: not scored_files(services, ds) & first_files[ds] for ds in FIRST_DAYS}
     # The bulk run spans one day more than was ever curated: it writes the three it has,
     # then fails naming the missing one (its first try is enough; the retries are stopped).
     started = time.monotonic()
@@ -131,6 +137,7 @@ def backfills(services, champion):
     return {
         "first": first,
         "daily": daily,
+        "rewritten": rewritten,
         "bulk": bulk,
         "bulk_log": bulk_log,
         "daily_seconds": daily_seconds,
@@ -148,6 +155,10 @@ def test_backfill_scores_one_partition_per_day_with_one_pinned_version(services,
 
 
 def test_reprocessing_completed_days_replaces_partitions_without_duplicates(backfills):
+    """The README's backfill flags (``--reprocess-behavior completed``, the conf stated) run
+    again over completed days: each is rewritten (no file of the first run is left), each
+    row once."""
+    assert backfills["rewritten"] == dict.fromkeys(FIRST_DAYS, True)
     for ds in FIRST_DAYS:
         again = backfills["daily"][ds]
         assert again.num_rows == backfills["first"][ds].num_rows == ROWS

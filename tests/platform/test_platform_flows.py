@@ -3,8 +3,8 @@ system drives it: ``mnist_train_on_demand`` triggered through the REST API with 
 trains on a window of curated days, registers and promotes its model, and the champion
 Asset event of its ``publish_champion`` starts ``mnist_score_on_new_champion``, which
 scores the newest curated day with the new version. (The browser tests trigger the same DAG
-from the UI form; test_platform_up_down runs the README's backfill, then again as a
-reprocess.)"""
+from the UI form; test_platform_up_down runs the README's backfill; tests/e2e/test_scheduling.py
+reprocesses with the same flags.)"""
 
 from __future__ import annotations
 

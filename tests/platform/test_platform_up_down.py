@@ -164,25 +164,6 @@ def test_the_readme_backfill_runs_on_the_platform(platform, tmp_path):
         assert set(table.column("model_version").to_pylist()) == {version}
 
 
-def test_the_readme_backfill_again_reprocesses_each_day_without_duplicates(platform, tmp_path):
-    """The same commands a second time (they say ``--reprocess-behavior completed``): a new
-    backfill runs every day again and rewrites its predictions, each row still once, by the
-    same champion."""
-    cli, _ = platform
-    before = {ds: scored_day(cli, ds) for ds in README_DAYS}
-    first = max(cli.api("GET", f"/backfills?dag_id={SCORING}")["backfills"], key=lambda b: b["id"])
-    again = run_readme_backfill(cli, tmp_path)
-    assert again["id"] != first["id"]
-    runs = cli.api("GET", f"/dags/{SCORING}/dagRuns?run_type=backfill&limit=100")["dag_runs"]
-    assert {r["logical_date"][:10] for r in runs} == set(README_DAYS)
-    assert {r["state"] for r in runs} == {"success"}
-    for ds in README_DAYS:
-        (old_table, old_files), (table, files) = before[ds], scored_day(cli, ds)
-        assert not set(files) & set(old_files), f"{ds} was not rewritten"
-        assert table.num_rows == ROWS and table.column("row_id").equals(old_table.column("row_id"))
-        assert table.column("model_version").equals(old_table.column("model_version"))
-
-
 def test_down_then_up_keeps_the_state(platform):
     cli, _ = platform
     cli.api("POST", "/variables", {"key": VARIABLE, "value": "kept"})
