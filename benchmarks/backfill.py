@@ -17,6 +17,7 @@ from benchmarks.core import BenchResult, Ratio, Target, log
 from benchmarks.data import write_curated_days
 from benchmarks.env import MODEL_WORKFLOW, BenchEnv, Benchmark
 from benchmarks.sizes import Sizes, backfill_ranges
+from ml_platform.job_arguments import ScoreArguments
 
 FIRST_DAY = dt.date(2026, 8, 1)
 
@@ -30,21 +31,15 @@ class BackfillBench(Benchmark):
         self.scored = self.root / "predictions"
 
     def score_seconds(self, days: list[str]) -> float:
-        span = ["--ds", days[0]] if len(days) == 1 else ["--start-ds", days[0], "--end-ds", days[-1]]
-        return self.env.submit_job(
-            "score",
-            [
-                "--workflow",
-                MODEL_WORKFLOW,
-                "--model",
-                self.env.model_uri(),
-                "--input-data",
-                self.curated,
-                *span,
-                "--scored-data",
-                self.scored,
-            ],
-        ).seconds
+        span = {"ds": days[0]} if len(days) == 1 else {"start_ds": days[0], "end_ds": days[-1]}
+        arguments = ScoreArguments(
+            workflow=MODEL_WORKFLOW,
+            model=self.env.model_uri(),
+            input_data=self.curated,
+            scored_data=self.scored,
+            **span,
+        )
+        return self.env.submit_job("score", arguments.argv()).seconds
 
     def run(self) -> BenchResult:
         s, r = self.sizes, self.result

@@ -29,6 +29,7 @@ from benchmarks.data import write_raw_drop
 from benchmarks.env import BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
 from ml_contract.layout import partition_path
+from ml_platform.job_arguments import IngestArguments
 
 DS = "2026-09-15"
 # (workflow, suffix of its measurement and ratio names): MNIST keeps the names it always had.
@@ -117,21 +118,7 @@ class IngestBench(Benchmark):
 
     def submit_seconds(self, workflow: str) -> float:
         paths = self.job_args(workflow, "submit")
-        return self.env.submit_job(
-            "ingest",
-            [
-                "--workflow",
-                workflow,
-                "--ds",
-                DS,
-                "--raw-path",
-                paths["raw_path"],
-                "--curated-root",
-                paths["curated_root"],
-                "--quarantine-root",
-                paths["quarantine_root"],
-            ],
-        ).seconds
+        return self.env.submit_job("ingest", IngestArguments(workflow=workflow, **paths).argv()).seconds
 
     def pyarrow_seconds(self, workflow: str, csv: Path) -> float:
         out = self.root / "pyarrow" / workflow

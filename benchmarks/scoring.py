@@ -41,6 +41,7 @@ from benchmarks.data import write_curated_day
 from benchmarks.env import MODEL_WORKFLOW, BenchEnv, Benchmark
 from benchmarks.sizes import Sizes
 from ml_contract.layout import partition_path
+from ml_platform.job_arguments import ScoreArguments
 
 MAIN_DS, TUNE_DS, NAIVE_DS, WARM_DS = "2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"
 # The other workflows scored beside MNIST, and their partition (score_rows rows).
@@ -335,18 +336,9 @@ class ScoringBench(Benchmark):
         )
 
     def score_args(self, ds: str) -> list[str]:
-        return [
-            "--workflow",
-            MODEL_WORKFLOW,
-            "--model",
-            self.env.model_uri(),
-            "--input-data",
-            self.curated,
-            "--ds",
-            ds,
-            "--scored-data",
-            self.scored,
-        ]
+        return ScoreArguments(
+            workflow=MODEL_WORKFLOW, model=self.env.model_uri(), input_data=self.curated, scored_data=self.scored, ds=ds
+        ).argv()
 
     def udf_rates(self, spark, udf) -> list[float]:
         rows = self.rows(NAIVE_DS)

@@ -46,7 +46,7 @@ VENV_BIN = REPO / ".venv" / "bin"
 # operator's own lookup (re-exported here).
 if str(REPO / "plugins") not in sys.path:
     sys.path.append(str(REPO / "plugins"))
-from ml_registry.job_processes import marked_processes  # noqa: E402, F401
+from ml_registry.job_processes import marked_processes, terminate_processes  # noqa: E402, F401
 
 # Airflow components that start a log server unless told ``--skip-serve-logs``.
 SERVE_LOGS_COMPONENTS = (["scheduler"], ["triggerer"], ["celery", "worker"])
@@ -163,18 +163,18 @@ def git_revision() -> str:
 
 
 def _stop_group(proc: subprocess.Popen, grace: float = 5) -> None:
-    """Stop a service's whole process group: SIGTERM, a short grace period, then SIGKILL
-    (uvicorn's graceful shutdown can wait forever on idle keep-alive clients)."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 15)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            pass
+    """Stop a service (started in a session of its own), everything it started and its
+    process group: SIGTERM, a short grace period, then SIGKILL (uvicorn's graceful shutdown
+    can wait forever on idle keep-alive clients)."""
+    import psutil
+
+    try:
+        service = psutil.Process(proc.pid)
+    except psutil.NoSuchProcess:
+        return
+    terminate_processes([service], grace_period=grace, log=logging.getLogger("local_stack"), what=f"pid {proc.pid}")
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=15)
 
 
 def azurite_home() -> Path:

@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import sys
 import time
 import urllib.request
@@ -51,6 +50,7 @@ from local_stack import (  # noqa: E402
     create_databases,
     database_uri,
     marked_processes,
+    terminate_processes,
 )
 
 DATABASE_URI_VAR = "ML_PLATFORM_DATABASE_URI"
@@ -247,18 +247,11 @@ def _require_free(port: int, what: str) -> None:
 
 
 def _stop(procs, grace: float = 10) -> None:
-    """SIGTERM every process, then SIGKILL what is left after ``grace`` seconds."""
-    import psutil
+    """SIGTERM every process (their descendants and groups too), then SIGKILL what is left
+    after ``grace`` seconds."""
+    import logging
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for proc in procs:
-            try:
-                proc.send_signal(sig)
-            except psutil.NoSuchProcess:
-                continue
-        _, procs = psutil.wait_procs(procs, timeout=grace)
-        if not procs:
-            return
+    terminate_processes(procs, grace_period=grace, log=logging.getLogger("platform"), what="the platform's processes")
 
 
 def main() -> int:

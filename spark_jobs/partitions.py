@@ -44,7 +44,6 @@ import contextlib
 import ctypes
 import datetime as dt
 import errno
-import fcntl
 import functools
 import json
 import logging
@@ -160,13 +159,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _process_start(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (None when no such process), so that a recycled
-    pid does not pass for the writer that died."""
+def _process_start(pid: int) -> float | None:
+    """When ``pid`` started (psutil's create time; None when no such process), so that a
+    recycled pid does not pass for the writer that died."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
 
 
@@ -184,7 +184,7 @@ def _owner(job: str) -> dict[str, Any]:
 def _writer_gone(owner: dict[str, Any], max_age_s: float) -> bool:
     """Whether the writer that recorded ``owner`` is certainly dead (same host: its process
     is gone) or, elsewhere, has been at it for longer than any live one would."""
-    if owner.get("host") == socket.gethostname() and os.path.isdir("/proc/self"):
+    if owner.get("host") == socket.gethostname():
         return _process_start(int(owner["pid"])) != owner.get("process_start")
     return _now_ms() - int(owner["started_ms"]) > max_age_s * 1000
 
@@ -375,26 +375,29 @@ class _LocalTree(_Tree):
 
     @contextlib.contextmanager
     def swap_lock(self, job: str) -> Iterator[None]:
+        from filelock import FileLock, Timeout
+
         self.mkdirs(_TXN_DIR)
-        fd = os.open(self._os(f"{_TXN_DIR}/{_LOCK_NAME}"), os.O_CREAT | os.O_RDWR, 0o644)
+        # flock, never filelock's soft fallback (a marker file a dead holder leaves behind),
+        # and the lock file kept (unlinking it would let a waiter lock a file nobody else sees).
+        lock = FileLock(
+            self._os(f"{_TXN_DIR}/{_LOCK_NAME}"),
+            timeout=SWAP_LOCK_WAIT_S,
+            mode=0o644,
+            thread_local=False,
+            poll_interval=_LOCK_POLL_S,
+            fallback_to_soft=False,
+            preserve_lock_file=True,
+        )
         try:
-            deadline = time.monotonic() + SWAP_LOCK_WAIT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"{self.root}: another writer held the swap lock for over {SWAP_LOCK_WAIT_S} s"
-                        ) from None
-                    time.sleep(_LOCK_POLL_S)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            lock.acquire()
+        except Timeout:
+            held = f"{self.root}: another writer held the swap lock for over {SWAP_LOCK_WAIT_S} s"
+            raise TimeoutError(held) from None
+        try:
+            yield
         finally:
-            os.close(fd)
+            lock.release()
 
 
 class _HadoopTree(_Tree):

@@ -18,7 +18,7 @@ from airflow.sdk import DAG, Asset, PokeReturnValue, TaskGroup, XComArg, chain, 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ml_platform.config import DEFAULT_ARGS, PORTABLE_SPARK_CONF, PlatformConfig
-from ml_platform.job_arguments import TrainArguments
+from ml_platform.job_arguments import IngestArguments, RegisterArguments, ScoreArguments, TrainArguments
 from ml_platform.partitions import MACROS, RUN_KEY, RUN_TIME
 from ml_registry.spark_submit import MlflowSparkSubmitOperator
 
@@ -331,20 +331,14 @@ def ingest(cfg: PlatformConfig, ds: str) -> TaskGroup:
                 cfg,
                 task_id="ingest_raw_drop",
                 job="ingest",
-                args=[
-                    "--workflow",
-                    cfg.workflow,
-                    "--ds",
-                    ds,
-                    "--raw-path",
-                    cfg.raw_path(ds),
-                    "--curated-root",
-                    cfg.curated_root,
-                    "--quarantine-root",
-                    cfg.quarantine_root,
-                    "--max-bad-ratio",
-                    cfg.max_bad_ratio,
-                ],
+                args=IngestArguments(
+                    workflow=cfg.workflow,
+                    ds=ds,
+                    raw_path=cfg.raw_path(ds),
+                    curated_root=cfg.curated_root,
+                    quarantine_root=cfg.quarantine_root,
+                    max_bad_ratio=cfg.max_bad_ratio,
+                ).argv(),
                 outlets=[curated_asset(cfg)],
             )
         )
@@ -384,41 +378,25 @@ def train(
     return spark_job(cfg, task_id="train_model", job="train", args=arguments.argv())
 
 
-def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: str = "--promote") -> BaseOperator:
-    """Registration runs in a pool of one slot: two DAGs never register at the same time."""
-    return spark_job(
-        cfg,
-        task_id="register_model",
-        job="register",
-        args=[
-            "--workflow",
-            cfg.workflow,
-            "--train-manifest",
-            f"{run_dir(cfg)}/train.json",
-            "--output-manifest",
-            f"{run_dir(cfg)}/register.json",
-            "--curated-root",
-            cfg.curated_root,
-            "--start-ds",
-            start_ds,
-            "--end-ds",
-            end_ds,
-            "--holdout-pct",
-            cfg.training.holdout_pct,
-            "--split-seed",
-            cfg.training.split_seed,
-            "--model-name",
-            cfg.model_name,
-            "--git-revision",
-            cfg.git_revision,
-            "--airflow-run-id",
-            "{{ run_id }}",
-            "--logical-time",
-            RUN_TIME,
-            promote,
-        ],
-        pool=REGISTRY_POOL,
+def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: Any = True) -> BaseOperator:
+    """Registration runs in a pool of one slot: two DAGs never register at the same time.
+    ``promote``: a bool, or a template rendering to ``--promote`` / ``--no-promote``."""
+    arguments = RegisterArguments(
+        workflow=cfg.workflow,
+        train_manifest=f"{run_dir(cfg)}/train.json",
+        output_manifest=f"{run_dir(cfg)}/register.json",
+        curated_root=cfg.curated_root,
+        start_ds=start_ds,
+        end_ds=end_ds,
+        holdout_pct=cfg.training.holdout_pct,
+        split_seed=cfg.training.split_seed,
+        model_name=cfg.model_name,
+        git_revision=cfg.git_revision,
+        airflow_run_id="{{ run_id }}",
+        logical_time=RUN_TIME,
+        promote=promote,
     )
+    return spark_job(cfg, task_id="register_model", job="register", args=arguments.argv(), pool=REGISTRY_POOL)
 
 
 def publish_champion(cfg: PlatformConfig):
@@ -450,24 +428,16 @@ def score(
 ) -> TaskGroup:
     """Score one partition (``end_ds`` None) or a range with ``model_uri`` (the gate's
     ``output["uri"]``), holding the predictions locks of those days."""
-    days = ["--ds", start_ds] if end_ds is None else ["--start-ds", start_ds, "--end-ds", end_ds]
+    days = {"ds": start_ds} if end_ds is None else {"start_ds": start_ds, "end_ds": end_ds}
+    arguments = ScoreArguments(
+        workflow=cfg.workflow,
+        model=model_uri,
+        input_data=cfg.curated_root,
+        scored_data=cfg.predictions_root,
+        **days,
+    )
     with TaskGroup(group_id=f"{task_id}_locked", prefix_group_id=False) as group:
-        writer = spark_job(
-            cfg,
-            task_id=task_id,
-            job="score",
-            args=[
-                "--workflow",
-                cfg.workflow,
-                "--model",
-                model_uri,
-                "--input-data",
-                cfg.curated_root,
-                *days,
-                "--scored-data",
-                cfg.predictions_root,
-            ],
-        )
+        writer = spark_job(cfg, task_id=task_id, job="score", args=arguments.argv())
         partition_lock(cfg, "predictions", start_ds, end_ds or start_ds, [writer])
     return group
 

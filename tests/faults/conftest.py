@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from spark_sessions import local_session
 
 from faults_support import BASE_DS, BASE_ROWS, BASE_SEED, EXPERIMENT, WORKFLOW, JobRunner
 from local_stack import LocalStack, free_port
+from ml_platform.job_arguments import IngestArguments
 from package_jobs import package_jobs
 
 
@@ -32,20 +34,20 @@ class FaultsStack:
     def raw_drop(self, ds: str) -> Path:
         return self.dataset("raw") / f"ds={ds}"
 
-    def ingest_args(self, ds: str, raw_path: Path | None = None, *extra: str) -> list[str]:
-        return [
-            "--workflow",
-            WORKFLOW,
-            "--ds",
-            ds,
-            "--raw-path",
-            str(raw_path or self.raw_drop(ds)),
-            "--curated-root",
-            str(self.dataset("curated")),
-            "--quarantine-root",
-            str(self.dataset("quarantine")),
-            *extra,
-        ]
+    def ingest_args(self, ds: str, raw_path: Path | None = None, *extra: str, **fields: Any) -> list[str]:
+        """The ingest job's command line for day ``ds`` of this stack's datasets (``fields``
+        override IngestArguments' fields), then ``extra``."""
+        arguments = IngestArguments(
+            **{
+                "workflow": WORKFLOW,
+                "ds": ds,
+                "raw_path": raw_path or self.raw_drop(ds),
+                "curated_root": self.dataset("curated"),
+                "quarantine_root": self.dataset("quarantine"),
+                **fields,
+            }
+        )
+        return [*arguments.argv(), *extra]
 
 
 @pytest.fixture(scope="session")

@@ -448,7 +448,7 @@ def test_missing_drop_fails_clearly(ingest_spark, previous_partition, tmp_path):
 def test_an_unknown_workflow_fails_the_job_in_one_line(faults_stack, tmp_path):
     """The DAGs pass ``--workflow``; a name no declaration has stops the job before its
     SparkSession: one error line naming it, no traceback, exit status 1."""
-    job = faults_stack.jobs.run("ingest", ["--workflow", "nope", *faults_stack.ingest_args(FILE_DS, tmp_path)[2:]])
+    job = faults_stack.jobs.run("ingest", faults_stack.ingest_args(FILE_DS, tmp_path, workflow="nope"))
     assert job.returncode == 1, job.output[-4000:]
     errors = [line for line in job.output.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and "ingest failed: no workflow 'nope'" in errors[0], job.output[-4000:]

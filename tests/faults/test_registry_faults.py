@@ -47,6 +47,7 @@ from faults_support import (
     wait_for_no_orphans,
 )
 from local_stack import LocalStack, free_port, fresh_database
+from ml_platform.job_arguments import RegisterArguments
 from spark_jobs.promotion import PROMOTION_LOCK_SUFFIX, read_history
 
 # MLflow's client retries refused connections with exponential backoff (default: 7 retries,
@@ -91,33 +92,21 @@ def register_args(
     registry, name: str, logical_time: str, *, floor: float, tolerance: float, extra: tuple[str, ...] = ()
 ) -> list[str]:
     run_dir = registry["runs"][name]["dir"]
-    return [
-        "--workflow",
-        "mnist",
-        "--train-manifest",
-        str(run_dir / "train.json"),
-        "--output-manifest",
-        str(run_dir / "register.json"),
-        "--curated-root",
-        registry["curated_root"],
-        "--start-ds",
-        BASE_DS,
-        "--end-ds",
-        BASE_DS,
-        "--model-name",
-        registry["model"],
-        "--floor",
-        str(floor),
-        "--tolerance",
-        str(tolerance),
-        "--git-revision",
-        "faults",
-        "--airflow-run-id",
-        f"faults__{name}",
-        "--logical-time",
-        logical_time,
-        *extra,
-    ]
+    arguments = RegisterArguments(
+        workflow="mnist",
+        train_manifest=run_dir / "train.json",
+        output_manifest=run_dir / "register.json",
+        curated_root=registry["curated_root"],
+        start_ds=BASE_DS,
+        end_ds=BASE_DS,
+        model_name=registry["model"],
+        floor=floor,
+        tolerance=tolerance,
+        git_revision="faults",
+        airflow_run_id=f"faults__{name}",
+        logical_time=logical_time,
+    )
+    return [*arguments.argv(), *extra]
 
 
 def versions_of(client, model: str, run_id: str | None = None) -> list:

@@ -29,7 +29,7 @@ import pytest
 
 import package_jobs
 from local_stack import LocalStack, free_port
-from ml_platform.job_arguments import TrainArguments
+from ml_platform.job_arguments import RegisterArguments, TrainArguments
 from spark_jobs import workflows
 from spark_jobs.sample_data import make_rows
 from spark_jobs.schema import curated_arrow_table
@@ -271,27 +271,18 @@ def submit_registration(stack: dict, workflow: str, manifest_path: Path) -> tupl
     """spark-submit the register entry point on a training run, as the DAG's task does
     (without promotion: the held-out evaluation is what is looked at here)."""
     output = manifest_path.parent / "register.json"
-    args = [
-        "--workflow",
-        workflow,
-        "--train-manifest",
-        str(manifest_path),
-        "--output-manifest",
-        str(output),
-        "--curated-root",
-        str(stack["root"] / "curated" / workflow),
-        "--start-ds",
-        DS,
-        "--end-ds",
-        DS,
-        "--model-name",
-        f"train-backends-{workflow}",
-        "--logical-time",
-        "2026-11-29T02:00:00+00:00",
-        "--airflow-run-id",
-        DAG_RUN_ID,
-        "--no-promote",
-    ]
+    args = RegisterArguments(
+        workflow=workflow,
+        train_manifest=manifest_path,
+        output_manifest=output,
+        curated_root=stack["root"] / "curated" / workflow,
+        start_ds=DS,
+        end_ds=DS,
+        model_name=f"train-backends-{workflow}",
+        logical_time="2026-11-29T02:00:00+00:00",
+        airflow_run_id=DAG_RUN_ID,
+        promote=False,
+    ).argv()
     proc = stack["stack"].spark_submit(
         "register", args, archive=stack["archive"], cwd=manifest_path.parent, timeout=SUBMIT_TIMEOUT_S
     )
