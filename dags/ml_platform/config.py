@@ -12,9 +12,14 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from ml_contract.layout import HOLDOUT_PCT, SPLIT_SEED, partition_path
 from ml_platform.workflows import WorkflowInfo
@@ -28,7 +33,6 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
-SUBMIT_TARGETS = ("spark", "synapse")
 # Spark settings that hold wherever a job runs (also on a Synapse pool).
 PORTABLE_SPARK_CONF = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
 # The embedded stack's driver JVM (which, on local[N], is also the executor) runs jobs of
@@ -53,13 +57,6 @@ def short_job_jvm_options() -> str:
 AZURE_STORAGE_URL = re.compile(
     r"^(?:abfss?|wasbs?)://(?P<container>[^@/]+)@(?P<account>[^./]+)\.(?:dfs|blob)\.core\.windows\.net(?P<path>/.*)?$"
 )
-
-
-def _submit_target() -> str:
-    target = _env("ML_SPARK_SUBMIT_TARGET", "spark")
-    if target not in SUBMIT_TARGETS:
-        raise ValueError(f"ML_SPARK_SUBMIT_TARGET must be one of {SUBMIT_TARGETS}, got {target!r}")
-    return target
 
 
 @dataclass(frozen=True)
@@ -91,61 +88,93 @@ class SynapseResources:
     executor_cores: int = 4
 
 
-@dataclass(frozen=True)
-class PlatformConfig:
+# Fields that are not settings: the workflow a configuration is for, and what derives from it.
+NOT_FROM_ENV = frozenset({"workflow", "model_name", "experiment_name", "synapse_resources", "training"})
+# Settings whose empty variable is a value, not "unset".
+EMPTY_IS_A_VALUE = frozenset({"driver_java_options"})
+
+
+class _Environment(EnvSettingsSource):
+    """The ``ML_*`` variables of the fields that are settings; an empty variable counts as
+    unset (the default holds) except where empty is a value (:data:`EMPTY_IS_A_VALUE`)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field_name in NOT_FROM_ENV:
+            return None, field_name, False
+        value, key, is_complex = super().get_field_value(field, field_name)
+        if value == "" and field_name not in EMPTY_IS_A_VALUE:
+            return None, key, is_complex
+        return value, key, is_complex
+
+
+class PlatformConfig(BaseSettings):
+    """The settings of one workflow's DAGs: each field is read from ``ML_<FIELD>`` (or the
+    variable its alias names) when not given; a bad value is refused naming the variable."""
+
+    model_config = SettingsConfigDict(env_prefix="ML_", frozen=True, extra="forbid", validate_by_name=True)
+
     # The workflow whose DAGs this configures (spark_jobs/workflows/<name>.toml): datasets,
     # registered model, experiment and training defaults derive from it.
     workflow: str = "mnist"
-    storage_root: str = field(default_factory=lambda: _env("ML_STORAGE_ROOT", str(REPO_ROOT / "var" / "data")))
+    storage_root: str = str(REPO_ROOT / "var" / "data")
     # Registered model and experiment: the workflow's registered_name unless
     # ML_<WORKFLOW>_MODEL_NAME / ML_<WORKFLOW>_EXPERIMENT_NAME say otherwise.
     model_name: str = ""
     experiment_name: str = ""
-    spark_conn_id: str = field(default_factory=lambda: _env("ML_SPARK_CONN_ID", "spark_default"))
-    mlflow_conn_id: str = field(default_factory=lambda: _env("ML_MLFLOW_CONN_ID", "mlflow_default"))
+    spark_conn_id: str = "spark_default"
+    mlflow_conn_id: str = "mlflow_default"
     # Where spark-submit finds the entry points and the --py-files archive of spark_jobs.
-    jobs_root: str = field(default_factory=lambda: _env("ML_JOBS_ROOT", str(REPO_ROOT / "spark_jobs" / "entrypoints")))
-    jobs_archive: str = field(
-        default_factory=lambda: _env("ML_JOBS_ARCHIVE", str(REPO_ROOT / "build" / "spark_jobs.zip"))
+    jobs_root: str = str(REPO_ROOT / "spark_jobs" / "entrypoints")
+    jobs_archive: str = str(REPO_ROOT / "build" / "spark_jobs.zip")
+    pyspark_python: str = sys.executable
+    spark_log_config: str = str(REPO_ROOT / "conf" / "log4j2.properties")
+    # An empty value is kept: the JVM's defaults.
+    driver_java_options: str = Field(
+        default_factory=short_job_jvm_options, validation_alias="ML_SPARK_DRIVER_JAVA_OPTIONS"
     )
-    pyspark_python: str = field(default_factory=lambda: _env("ML_PYSPARK_PYTHON", sys.executable))
-    spark_log_config: str = field(
-        default_factory=lambda: _env("ML_SPARK_LOG_CONFIG", str(REPO_ROOT / "conf" / "log4j2.properties"))
-    )
-    # An empty value is kept (the JVM's defaults), so not read through _env.
-    driver_java_options: str = field(
-        default_factory=lambda: os.environ.get("ML_SPARK_DRIVER_JAVA_OPTIONS", short_job_jvm_options())
-    )
-    git_revision: str = field(default_factory=lambda: _env("ML_GIT_REVISION", "unknown"))
-    max_bad_ratio: float = field(default_factory=lambda: float(_env("ML_MAX_BAD_RATIO", "0.05")))
-    # "false" on YARN/Kubernetes, where the driver gets MLflow credentials from a cluster
+    git_revision: str = "unknown"
+    # The share of a drop's rows that may be quarantined before ingest fails.
+    max_bad_ratio: float = Field(0.05, ge=0, le=1)
+    # false on YARN/Kubernetes, where the driver gets MLflow credentials from a cluster
     # secret: spark-submit then receives only the tracking URI (docs/security.md).
-    pass_mlflow_credentials: bool = field(
-        default_factory=lambda: _env("ML_PASS_MLFLOW_CREDENTIALS", "true").lower() not in ("false", "0", "no")
-    )
+    pass_mlflow_credentials: bool = True
     # Airflow connection for reading and writing the storage root from Airflow tasks (staging,
     # manifests); empty: the file system's own defaults (none needed for local paths).
-    storage_conn_id: str = field(default_factory=lambda: _env("ML_STORAGE_CONN_ID", ""))
+    storage_conn_id: str = ""
     # Landing zone: the day's raw drop arrives in this blob container (``wasb`` connection)
     # and is staged into the storage root before ingest. Empty container: no landing zone,
     # the drop is written straight into the storage root.
-    landing_conn_id: str = field(default_factory=lambda: _env("ML_LANDING_CONN_ID", "wasb_default"))
-    landing_container: str = field(default_factory=lambda: _env("ML_LANDING_CONTAINER", ""))
+    landing_conn_id: str = "wasb_default"
+    landing_container: str = ""
     # Training checkpoints (any fsspec URL); empty: no checkpoints. Credentials for remote
     # URLs come from the jobs' environment (e.g. AZURE_STORAGE_CONNECTION_STRING), never args.
-    checkpoint_root: str = field(default_factory=lambda: _env("ML_CHECKPOINT_ROOT", ""))
+    checkpoint_root: str = ""
     # Where Spark jobs run: spark-submit through ``spark_conn_id``, or an Azure Synapse pool.
-    submit_target: str = field(default_factory=_submit_target)
-    synapse_conn_id: str = field(default_factory=lambda: _env("ML_SYNAPSE_CONN_ID", "azure_synapse_default"))
-    synapse_pool: str = field(default_factory=lambda: _env("ML_SYNAPSE_POOL", ""))
-    synapse_executors: int = field(default_factory=lambda: int(_env("ML_SYNAPSE_EXECUTORS", "2")))
-    synapse_resources: SynapseResources = field(default_factory=SynapseResources)
+    submit_target: Literal["spark", "synapse"] = Field("spark", validation_alias="ML_SPARK_SUBMIT_TARGET")
+    synapse_conn_id: str = "azure_synapse_default"
+    synapse_pool: str = ""
+    synapse_executors: int = Field(2, ge=1)
+    synapse_resources: SynapseResources = Field(default_factory=SynapseResources)
     training: TrainingDefaults | None = None
 
-    def __post_init__(self) -> None:
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as err:
+            raise ValueError(_settings_errors(err)) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ) -> tuple:
+        """The arguments given, then the environment (no ``.env`` file, no secrets folder)."""
+        return init_settings, _Environment(settings_cls)
+
+    @model_validator(mode="after")
+    def _derive_from_the_workflow(self) -> PlatformConfig:
         info = workflow_info(self.workflow)
         prefix = f"ML_{self.workflow.upper()}_"
-        # A frozen dataclass: derived fields are set once, here.
+        # Frozen: derived fields are set once, here.
         object.__setattr__(self, "model_name", self.model_name or _env(prefix + "MODEL_NAME", info.model_name))
         object.__setattr__(
             self, "experiment_name", self.experiment_name or _env(prefix + "EXPERIMENT_NAME", info.model_name)
@@ -154,6 +183,7 @@ class PlatformConfig:
             object.__setattr__(self, "training", TrainingDefaults.of(info))
         if self.submit_target == "synapse" and not self.synapse_pool:
             raise ValueError("ML_SPARK_SUBMIT_TARGET=synapse needs ML_SYNAPSE_POOL (the Spark pool's name)")
+        return self
 
     def spark_conf(self) -> dict[str, str]:
         """The Spark settings every job gets (resources come from the spark connection): the
@@ -244,6 +274,20 @@ DEFAULT_ARGS = {
     "max_retry_delay": timedelta(minutes=10),
     "execution_timeout": timedelta(hours=2),
 }
+
+
+def _settings_errors(err: ValidationError) -> str:
+    """A settings error in lines naming the environment variable, what is allowed and the
+    value given (pydantic's own message names the field only)."""
+    lines = []
+    for error in err.errors():
+        name = str(error["loc"][0]) if error["loc"] else ""
+        # A field read through its alias is named by the alias (the variable) already.
+        alias = getattr(PlatformConfig.model_fields.get(name), "validation_alias", None)
+        variable = name if name.startswith("ML_") else alias or (f"ML_{name.upper()}" if name else "")
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{variable}: {message} (got {error['input']!r})" if variable else message)
+    return "; ".join(lines)
 
 
 def load_config(workflow: str = "mnist") -> PlatformConfig:
