@@ -33,7 +33,7 @@ from process_markers import describe
 DAG_ID = "mnist_nightly_retrain"
 LOGICAL_DATE = "2026-11-16T02:00:00Z"
 PARTITION = "2026-11-15"  # a day no other test writes
-ROWS = 3000
+ROWS = 1500
 
 
 def job_root(key: str, attempt: int) -> psutil.Process | None:
