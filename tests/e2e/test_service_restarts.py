@@ -3,8 +3,9 @@ scheduler (LocalExecutor): the scheduler crashing with its executor's workers an
 running tasks (all in its process group), and separately the API server (the execution
 API that every running task reports to) restarted. Each backfill of
 ``mnist_batch_scoring`` (two days around the scheduler crash, one around the API server's
-restart) must complete after the restart with every day scored once, and no task's Spark job may ever run in two copies at the same time (a sampler
-watches every job process's identity for the whole backfill)."""
+restart) must complete after the restart with every day scored once, and no task's Spark
+job may ever run in two copies at the same time (a sampler watches every job process's
+identity for the whole backfill)."""
 
 from __future__ import annotations
 
