@@ -30,11 +30,12 @@ test-fast:
 	scripts/setup_env.sh --dev
 	.venv/bin/python -m pytest tests -m unit -n 2 --dist loadgroup
 
-# ruff's lint rules and formatter (pyproject.toml), as `make test` checks them.
+# ruff's lint rules and formatter, and mypy's types (pyproject.toml), as `make test` checks them.
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff check --preview --select AIR .  # Airflow's preview rules too (explicit multiple_outputs)
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy  # dags/, plugins/ and spark_jobs/ ([tool.mypy] in pyproject.toml)
 
 format:
 	.venv/bin/ruff check --fix .

@@ -62,7 +62,7 @@ def batch_scoring(cfg: PlatformConfig) -> DAG:
             # <workflow>_nightly_retrain, which scores the day before its logical date).
             as_of=f"{{{{ macros.ds_add(partition_ds(dag_run), 1) }}}}T{NIGHTLY_HOUR_UTC:02d}:00:00+00:00",
         )
-        score = tasks.score(cfg, model_uri=gate.output["uri"], start_ds=PARTITION_DS)
+        score = tasks.score(cfg, model_uri=gate.output["uri"], start_ds=PARTITION_DS)  # type: ignore[index]  # .output: a PlainXComArg, typed XComArg
 
         chain(check, *receive, ingest, gate, score)
     return dag

@@ -16,6 +16,7 @@ after the others are written, listing both). Nothing is ingested here.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
@@ -24,7 +25,7 @@ from ml_platform import tasks
 from ml_platform.config import PlatformConfig, load_configs
 
 MAX_RANGE_DAYS = 366
-DATE = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
+DATE: dict[str, Any] = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
 
 
 @task(task_id="check_range")
@@ -66,7 +67,7 @@ def bulk_backfill_scoring(cfg: PlatformConfig) -> DAG:
         gate = tasks.gate(cfg, version="{{ params.model_version or '' }}")
         score = tasks.score(
             cfg,
-            model_uri=gate.output["uri"],
+            model_uri=gate.output["uri"],  # type: ignore[index]  # .output: a PlainXComArg, typed XComArg
             start_ds="{{ params.start_ds }}",
             end_ds="{{ params.end_ds }}",
             task_id="score_range",

@@ -38,7 +38,7 @@ from ml_platform.workflows import workflow as workflow_info
 
 def nightly_retrain(cfg: PlatformConfig) -> DAG:
     info = workflow_info(cfg.workflow)
-    defaults = cfg.training
+    defaults = cfg.training_defaults
     window_start = f"{{{{ window_start_ds(partition_ds(dag_run), {defaults.window_days}) }}}}"
     with tasks.workflow_dag(
         cfg,
@@ -69,7 +69,7 @@ def nightly_retrain(cfg: PlatformConfig) -> DAG:
             # refusal (failed validation, schema mismatch) fails the run.
             skip_if_no_model=True,
         )
-        score = tasks.score(cfg, model_uri=gate.output["uri"], start_ds=PARTITION_DS)
+        score = tasks.score(cfg, model_uri=gate.output["uri"], start_ds=PARTITION_DS)  # type: ignore[index]  # .output: a PlainXComArg, typed XComArg
 
         chain(*receive, ingest, train, register, gate, score)
         register >> tasks.publish_champion(cfg)

@@ -43,8 +43,8 @@ def score_on_new_champion(cfg: PlatformConfig) -> DAG:
         tags=["ml", cfg.workflow, "scoring", "assets", "spark"],
     ) as dag:
         latest = latest_partition(cfg.storage_uri(cfg.curated_root))
-        gate = tasks.gate(cfg, dataset_path=latest["path"])
-        score = tasks.score(cfg, model_uri=gate.output["uri"], start_ds=latest["ds"])
+        gate = tasks.gate(cfg, dataset_path=latest["path"])  # type: ignore[index]  # @task result: a PlainXComArg, typed XComArg
+        score = tasks.score(cfg, model_uri=gate.output["uri"], start_ds=latest["ds"])  # type: ignore[index]  # both PlainXComArgs, typed XComArg
 
         latest >> gate >> score
     return dag

@@ -25,7 +25,7 @@ WINDOW_START = "{{ window_start_ds(params.end_ds or partition_ds(dag_run), param
 
 
 def train_on_demand(cfg: PlatformConfig) -> DAG:
-    defaults = cfg.training
+    defaults = cfg.training_defaults
     with tasks.workflow_dag(
         cfg,
         "train_on_demand",

@@ -65,6 +65,7 @@ def decode(column: pa.Array | pa.ChunkedArray, layout: TensorFeatures) -> np.nda
         return np.zeros((0, *layout.shape), dtype=layout.numpy_dtype)
     if column.null_count:
         raise ValueError(f"{column.null_count} null {FEATURES_COL} values")
+    offset_type: type[np.int32 | np.int64]
     if pa.types.is_large_binary(column.type):
         offset_type = np.int64
     elif pa.types.is_binary(column.type):

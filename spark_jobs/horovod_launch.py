@@ -47,7 +47,8 @@ def loopback_bind_address(spark: SparkSession) -> str | None:
     if not host:
         return None
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, socket.AF_INET)}
+        # An AF_INET sockaddr is (address, port): str() only narrows typeshed's union of sockaddrs.
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None, socket.AF_INET)}
     except socket.gaierror:
         return None
     if addresses and all(ipaddress.ip_address(a).is_loopback for a in addresses):
@@ -68,7 +69,7 @@ def interface_of(address: str) -> str:
 @contextlib.contextmanager
 def services_bound_to(host: str) -> Iterator[None]:
     """Within the block, the Horovod services this process starts listen on ``host`` only."""
-    modules = [importlib.import_module(name) for name in _SERVER_MODULES]
+    modules: list[Any] = [importlib.import_module(name) for name in _SERVER_MODULES]  # find_port is set on them
     originals = [module.find_port for module in modules]
     # Horovod's own search for a free port, each try bound to ``host`` instead of ''.
     search = originals[0]
@@ -110,7 +111,7 @@ def command_lifetime_counted_from_start() -> None:
             )
         BasicTaskService._run_command(self, command, env, event, *args, **kwargs)
 
-    _run_command.counted_from_start = True
+    vars(_run_command)["counted_from_start"] = True  # the marker read above (a function attribute)
     SparkTaskService._run_command = _run_command
 
 

@@ -284,6 +284,7 @@ def evaluate(predicted_df: DataFrame, workflow: Workflow, label_col: str = LABEL
     else:
         raise ValueError(f"workflow {workflow.name}: no evaluation for metric {workflow.metric.name!r}")
     row = predicted_df.agg(value.alias("value"), F.count(F.lit(1)).alias("n")).first()
+    assert row is not None  # an aggregation without grouping has exactly one row
     if not row["n"] or row["value"] is None:
         return math.nan, int(row["n"])
     return float(row["value"]), int(row["n"])

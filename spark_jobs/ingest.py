@@ -595,6 +595,7 @@ def count_rows(checked_df: DataFrame, raw_path: str) -> RowCounts:
             F.slice(F.array_sort(F.collect_set(reason)), 1, 5).alias("sample_reasons"),
         ).first,
     )
+    assert row is not None  # an aggregation without grouping has exactly one row
     return RowCounts(int(row["curated"]), int(row["quarantined"]), list(row["sample_reasons"]))
 
 

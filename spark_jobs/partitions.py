@@ -39,6 +39,7 @@ is still completed by the next writer, but a reader during the copy can see it h
 
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import ctypes
@@ -307,7 +308,7 @@ def _read_resolved(spark: SparkSession, tree: _Tree, start_ds: str, end_ds: str)
     return functools.reduce(DataFrame.unionByName, frames)
 
 
-class _Tree:
+class _Tree(abc.ABC):
     """File operations on a dataset root, by paths relative to it."""
 
     def __init__(self, root: str) -> None:
@@ -316,9 +317,37 @@ class _Tree:
     def uri(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 
+    @abc.abstractmethod
+    def exists(self, rel: str) -> bool: ...
+
+    @abc.abstractmethod
+    def listdir(self, rel: str) -> list[tuple[str, bool]]:
+        """``(name, is_directory)`` of each entry directly in ``rel``; empty when it is absent."""
+
+    @abc.abstractmethod
+    def mkdirs(self, rel: str) -> None: ...
+
+    @abc.abstractmethod
+    def delete(self, rel: str) -> None:
+        """Remove a file or a whole directory; nothing when absent."""
+
+    @abc.abstractmethod
+    def rename(self, src: str, dst: str) -> None: ...
+
     def exchange(self, a: str, b: str) -> bool:
         """Atomically swap two directories; False where the file system cannot."""
         return False
+
+    @abc.abstractmethod
+    def read(self, rel: str) -> str: ...
+
+    @abc.abstractmethod
+    def write(self, rel: str, text: str, *, durable: bool = False) -> None:
+        """Write a small UTF-8 file; ``durable``: on stable storage before this returns."""
+
+    @abc.abstractmethod
+    def swap_lock(self, job: str) -> contextlib.AbstractContextManager[None]:
+        """Held by one writer of the dataset at a time, ``job`` naming the holder."""
 
 
 class _LocalTree(_Tree):

@@ -9,9 +9,15 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 
-def _fs_and_path(spark: SparkSession, path: str):
+def _jvm(spark: SparkSession) -> Any:
+    """The driver's py4j view of the JVM (these functions run in the driver only)."""
     jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    assert jvm is not None  # None only where no SparkContext runs (an executor's Python worker)
+    return jvm
+
+
+def _fs_and_path(spark: SparkSession, path: str):
+    hadoop_path = _jvm(spark).org.apache.hadoop.fs.Path(path)
     return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
 
 
@@ -56,7 +62,7 @@ def rename_path(spark: SparkSession, src: str, dst: str) -> None:
     """Rename ``src`` to ``dst``, which must not exist: Hadoop moves a directory *into* an
     existing ``dst`` directory, so callers check first. Raises when the rename fails."""
     fs, src_path = _fs_and_path(spark, src)
-    if not fs.rename(src_path, spark.sparkContext._jvm.org.apache.hadoop.fs.Path(dst)):
+    if not fs.rename(src_path, _jvm(spark).org.apache.hadoop.fs.Path(dst)):
         raise OSError(f"could not rename {src} to {dst}")
 
 
@@ -98,7 +104,7 @@ def read_head(spark: SparkSession, path: str, max_bytes: int) -> bytes:
     """The first ``max_bytes`` of a file as Spark's text reader sees them: decompressed when
     the name ends in a Hadoop codec suffix (``.gz``, ``.bz2``, ...). A corrupt or truncated
     compressed stream raises the codec's Java exception."""
-    jvm = spark.sparkContext._jvm
+    jvm = _jvm(spark)
     fs, hadoop_path = _fs_and_path(spark, path)
     codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(spark.sparkContext._jsc.hadoopConfiguration())
     codec = codecs.getCodec(hadoop_path)

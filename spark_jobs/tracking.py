@@ -142,10 +142,11 @@ def log_holdout_evaluation(
     workflow's other output columns), logged to the training run ``run_id`` with a table of
     sample predictions; returns the evaluator's metrics."""
     import mlflow
+    from mlflow.data.pandas_dataset import from_pandas  # mlflow.data.from_pandas, which mlflow sets at run time
     from mlflow.data.spark_dataset_source import SparkDatasetSource
 
     sample = predicted_df.orderBy(ROW_ID_COL).limit(EVALUATION_ROWS).toPandas()
-    data = mlflow.data.from_pandas(
+    data = from_pandas(
         sample[[LABEL_COL, PREDICTION_COL]],
         source=SparkDatasetSource(path=curated_root),
         targets=LABEL_COL,

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None, started_at: float | None = None) -> None
             batch_size=args.batch_size,
             momentum=args.momentum,
             seed=args.seed,
-            threads_per_rank=int(spark.conf.get("spark.task.cpus", "1")),
+            threads_per_rank=int(spark.conf.get("spark.task.cpus", "1")),  # type: ignore[arg-type]  # get() with a str default returns str
             checkpoint_dir=args.checkpoint_dir,
             bind_cores=args.bind_cores == "on",
         )

@@ -185,6 +185,12 @@ class PlatformConfig(BaseSettings):
             raise ValueError("ML_SPARK_SUBMIT_TARGET=synapse needs ML_SYNAPSE_POOL (the Spark pool's name)")
         return self
 
+    @property
+    def training_defaults(self) -> TrainingDefaults:
+        """:attr:`training`, never None once validated (the model validator derives it)."""
+        assert self.training is not None  # set by _derive_from_the_workflow
+        return self.training
+
     def spark_conf(self) -> dict[str, str]:
         """The Spark settings every job gets (resources come from the spark connection): the
         one place they are built, for the DAGs' tasks, the local stack, tests and benchmarks."""

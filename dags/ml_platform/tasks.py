@@ -79,7 +79,7 @@ def spark_job(cfg: PlatformConfig, *, task_id: str, job: str, args: list[Any], *
 
 
 def synapse_job(
-    cfg: PlatformConfig, *, task_id: str, job: str, name: str, args: list[str], **kwargs: Any
+    cfg: PlatformConfig, *, task_id: str, job: str, name: str, args: list[XComArg | str], **kwargs: Any
 ) -> BaseOperator:
     """The same job as a Spark batch job on the Synapse pool ``cfg.synapse_pool``.
 
@@ -218,9 +218,8 @@ def stage_raw_drop(cfg: PlatformConfig, ds: str):
         relative to ``prefix``), whatever an earlier try left there."""
         from airflow.providers.microsoft.azure.hooks.wasb import WasbHook
 
-        container = WasbHook(wasb_conn_id=cfg.landing_conn_id).blob_service_client.get_container_client(
-            cfg.landing_container
-        )
+        # get_conn(): the synchronous client (blob_service_client is typed sync or async).
+        container = WasbHook(wasb_conn_id=cfg.landing_conn_id).get_conn().get_container_client(cfg.landing_container)
         blobs = [
             blob
             for blob in container.list_blobs(name_starts_with=prefix, include=["metadata"])
@@ -318,7 +317,7 @@ def partition_lock(cfg: PlatformConfig, dataset: str, start_ds: str, end_ds: str
 
     claim_task = claim(start_ds, end_ds)
     release_task = release_locks(start_ds, end_ds)
-    chain(claim_task, *writers, release_task.as_teardown(setups=claim_task))
+    chain(claim_task, *writers, release_task.as_teardown(setups=claim_task))  # type: ignore[arg-type]  # takes an XComArg, typed operators only
 
 
 def ingest(cfg: PlatformConfig, ds: str) -> TaskGroup:
@@ -370,8 +369,8 @@ def train(
         batch_size=batch_size,
         num_ranks=num_ranks,
         backend=backend,
-        holdout_pct=cfg.training.holdout_pct,
-        split_seed=cfg.training.split_seed,
+        holdout_pct=cfg.training_defaults.holdout_pct,
+        split_seed=cfg.training_defaults.split_seed,
         checkpoint_dir=cfg.checkpoint_dir("{{ dag.dag_id }}", RUN_KEY) if cfg.checkpoint_root else None,
         tags=("airflow_dag_id={{ dag.dag_id }}", "airflow_run_id={{ run_id }}"),
     )
@@ -388,8 +387,8 @@ def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: Any = 
         curated_root=cfg.curated_root,
         start_ds=start_ds,
         end_ds=end_ds,
-        holdout_pct=cfg.training.holdout_pct,
-        split_seed=cfg.training.split_seed,
+        holdout_pct=cfg.training_defaults.holdout_pct,
+        split_seed=cfg.training_defaults.split_seed,
         model_name=cfg.model_name,
         git_revision=cfg.git_revision,
         airflow_run_id="{{ run_id }}",

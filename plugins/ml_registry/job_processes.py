@@ -19,11 +19,9 @@ import os
 import signal
 import socket
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    import logging
-
     import psutil
 
 JOB_VAR = "ML_SPARK_JOB"
@@ -33,7 +31,16 @@ ATTEMPT_VAR = "ML_SPARK_JOB_ATTEMPT"
 SUBMITTER_VAR = "ML_SPARK_JOB_SUBMITTER"
 
 
-def job_key(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+class Log(Protocol):
+    """Where the terminations are logged: a :class:`logging.Logger`, or an operator's ``log``
+    (Airflow's structlog logger), which take the same ``%``-style calls."""
+
+    def info(self, msg: str, /, *args: object) -> object: ...
+
+    def warning(self, msg: str, /, *args: object) -> object: ...
+
+
+def job_key(dag_id: str, task_id: str, run_id: str, map_index: int | None = -1) -> str:
     """The identity of one task instance's job, the same in every attempt."""
     return f"{dag_id}/{task_id}/{run_id}/{map_index}"
 
@@ -87,7 +94,7 @@ def attempts_of(procs: Iterable[psutil.Process]) -> list[str]:
     return sorted(attempts)
 
 
-def terminate_process_tree(root_pid: int, *, grace_period: float, log: logging.Logger) -> list[int]:
+def terminate_process_tree(root_pid: int, *, grace_period: float, log: Log) -> list[int]:
     """SIGTERM, then SIGKILL after ``grace_period``, a process, its descendants and their groups.
 
     The tree is read before any signal is sent: once a parent dies its children are
@@ -103,9 +110,7 @@ def terminate_process_tree(root_pid: int, *, grace_period: float, log: logging.L
     return terminate_processes(procs, grace_period=grace_period, log=log, what=f"spark-submit {root_pid}")
 
 
-def terminate_processes(
-    procs: list[psutil.Process], *, grace_period: float, log: logging.Logger, what: str
-) -> list[int]:
+def terminate_processes(procs: list[psutil.Process], *, grace_period: float, log: Log, what: str) -> list[int]:
     """SIGTERM, then SIGKILL after ``grace_period``, the processes, their descendants and
     every process group among them but the caller's own (a group also reaches a member
     that was not yet visible, such as a pyspark worker being forked). Returns the pids found."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -196,9 +196,10 @@ class ModelRegistryGateOperator(BaseOperator):
         if problems:
             self._refuse(model_version.version, "; ".join(problems))
 
+        version = str(model_version.version)
         pinned = {
             "name": self.model_name,
-            "version": str(model_version.version),
+            "version": version,
             "uri": f"models:/{self.model_name}/{model_version.version}",
             "run_id": model_version.run_id,
             "source": model_version.source,
@@ -206,7 +207,7 @@ class ModelRegistryGateOperator(BaseOperator):
             "selected_by": selected_by,
             "ui_url": hook.ui_url,
         }
-        link = model_version_url(hook.ui_url, self.model_name, pinned["version"])
+        link = model_version_url(hook.ui_url, self.model_name, version)
         self.log.info("Pinned %s (%s): %s", pinned["uri"], selected_by, link)
         return pinned
 
@@ -276,10 +277,12 @@ class ModelRegistryGateOperator(BaseOperator):
         return str(aliases[self.alias])
 
     def _version_as_of(self, registered: RegisteredModel, as_of: dt.datetime) -> str:
-        tag = history_tag(self.alias)
-        alias_version = (registered.aliases or {}).get(self.alias)
+        alias = self.alias
+        assert alias  # _explicit_version() refused a run with neither an alias nor a version
+        tag = history_tag(alias)
+        alias_version = (registered.aliases or {}).get(alias)
         try:
-            history = read_history(registered.tags, self.alias, alias_version)
+            history = read_history(registered.tags, alias, alias_version)
         except ValueError as err:
             raise AirflowFailException(f"model {self.model_name!r}: promotion history is unreadable: {err}") from err
         version = version_as_of(history, as_of)
@@ -320,7 +323,7 @@ class ModelRegistryGateOperator(BaseOperator):
                 problems.append(f"required_tags: tag {key!r} is {tags[key]!r}, required {wanted!r}")
         if self.max_age is not None and reference_time is None:
             problems.append("max_age: the run has neither a logical date nor run_after to measure the age at")
-        elif self.max_age is not None:
+        elif self.max_age is not None and reference_time is not None:
             registered_at = dt.datetime.fromtimestamp(model_version.creation_timestamp / 1000, dt.UTC)
             age = reference_time - registered_at
             if age > self.max_age:
@@ -348,6 +351,10 @@ class ModelRegistryGateOperator(BaseOperator):
         raise AirflowFailException(message)
 
 
+@overload
+def _as_utc(value: dt.datetime) -> dt.datetime: ...
+@overload
+def _as_utc(value: dt.datetime | None) -> dt.datetime | None: ...
 def _as_utc(value: dt.datetime | None) -> dt.datetime | None:
     if value is None:
         return None

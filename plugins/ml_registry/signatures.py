@@ -98,13 +98,18 @@ def _dataset_tensor_problems(name: str, takes: tuple, model: str, path: str) -> 
         return [f"signature: {model} as {name!r}; {where} has no {name!r} column"]
     if not (pat.is_binary(field.type) or pat.is_large_binary(field.type) or pat.is_fixed_size_binary(field.type)):
         return [f"signature: {model}; {where} holds {name!r} as {field.type}, not as binary tensors"]
-    layouts = {}
+    layouts: dict[tuple[str, tuple[int, ...]], str] = {}  # each (dtype, shape) -> the first file holding it
+    unlabelled: str | None = None  # the first file without that metadata
     for file in dataset.files:
-        layouts.setdefault(_footer_layout(pq.read_schema(file, filesystem=dataset.filesystem), name), file)
-    if None in layouts:
+        layout = _footer_layout(pq.read_schema(file, filesystem=dataset.filesystem), name)
+        if layout is not None:
+            layouts.setdefault(layout, file)
+        elif unlabelled is None:
+            unlabelled = file
+    if unlabelled is not None:
         return [
             f"signature: {model}; {where} has no {TENSOR_METADATA_KEY!r} metadata on its {name!r} column "
-            f"(in {layouts[None]}): write it with the curated schema so its dtype and shape are known"
+            f"(in {unlabelled}): write it with the curated schema so its dtype and shape are known"
         ]
     if len(layouts) > 1:
         held = ", ".join(_layout(*layout) for layout in layouts)

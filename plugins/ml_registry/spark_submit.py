@@ -133,6 +133,7 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
                     here,
                 )
             store.set(SUBMITTED_ON_KEY, {"host": here, "attempt": self.attempt})
+        assert self.job_key is not None  # execute() sets it before it calls this
         left = job_processes(self.job_key)
         if not left:
             return

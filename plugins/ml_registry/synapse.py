@@ -4,7 +4,7 @@ Synapse pool that talks to MLflow."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from airflow.providers.microsoft.azure.operators.synapse import AzureSynapseRunSparkBatchOperator
 
@@ -38,7 +38,7 @@ class MlflowSynapseSparkBatchOperator(AzureSynapseRunSparkBatchOperator):
     template_fields_renderers = {"payload": "json"}
 
     def __init__(self, *, payload: dict[str, Any], mlflow_conn_id: str = "mlflow_default", **kwargs: Any) -> None:
-        super().__init__(payload=payload, **kwargs)
+        super().__init__(payload=payload, **kwargs)  # type: ignore[arg-type]  # a templated dict until execute()
         self.mlflow_conn_id = mlflow_conn_id
 
     def execute(self, context: Any) -> None:
@@ -52,6 +52,7 @@ class MlflowSynapseSparkBatchOperator(AzureSynapseRunSparkBatchOperator):
         from ml_registry.hooks import MlflowRegistryHook
 
         tracking_uri = MlflowRegistryHook(mlflow_conn_id=self.mlflow_conn_id).tracking_uri
-        configuration = dict(self.payload.get("configuration") or {})
+        payload = cast("dict[str, Any]", self.payload)  # still the dict given: execute() replaces it after this
+        configuration = dict(payload.get("configuration") or {})
         configuration.update({f"{prefix}{MLFLOW_URI_VAR}": tracking_uri for prefix in ENV_CONF_PREFIXES})
-        return {**self.payload, "configuration": configuration}
+        return {**payload, "configuration": configuration}

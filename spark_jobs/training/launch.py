@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -42,7 +42,7 @@ CHECKPOINT_ENV_PREFIXES = {"abfs": ("AZURE_STORAGE_",), "abfss": ("AZURE_STORAGE
 
 def rank_environment(environ: Mapping[str, str], checkpoint_dir: str | None) -> dict[str, str]:
     """The part of the driver's ``environ`` a rank gets (the allow-list above)."""
-    prefixes = RANK_ENV_PREFIXES
+    prefixes: tuple[str, ...] = RANK_ENV_PREFIXES
     if checkpoint_dir:
         prefixes += CHECKPOINT_ENV_PREFIXES.get(urlparse(checkpoint_dir).scheme, ())
     return {k: v for k, v in environ.items() if k in RANK_ENV_NAMES or k.startswith(prefixes)}
@@ -98,7 +98,7 @@ def _bind_horovod_rank(config: TrainConfig) -> None:
 
 
 def horovod_rank(
-    config: TrainConfig, shard_files: list[str], mlflow_run_id: str | None, validation_files: list[str] = ()
+    config: TrainConfig, shard_files: list[str], mlflow_run_id: str | None, validation_files: Sequence[str] = ()
 ) -> dict:
     """Entry of one Horovod rank (bound to its cores before ``hvd.init``, see :func:`_bind_horovod_rank`)."""
     started = {"rank_process_started": process_started_at(), "rank_started": time.time()}
@@ -114,7 +114,7 @@ def torch_distributor_rank(
     config_fields: dict[str, Any],
     shard_files: list[str],
     mlflow_run_id: str | None,
-    validation_files: list[str] = (),
+    validation_files: Sequence[str] = (),
 ) -> dict:
     """Entry of one torchrun process. Takes the config as a plain dict: the arguments are
     unpickled before this package is importable (see :func:`_torchrun_entry`)."""
@@ -134,7 +134,7 @@ def run_horovod(
     shard_files: list[str],
     num_ranks: int,
     run_id: str | None,
-    validation_files: list[str] = (),
+    validation_files: Sequence[str] = (),
 ) -> dict:
     """Ranks as Spark tasks through ``horovod.spark.run`` (on loopback when Spark is, see
     :mod:`spark_jobs.horovod_launch`); returns rank 0's result."""
@@ -194,7 +194,7 @@ def run_torch_distributor(
     shard_files: list[str],
     num_ranks: int,
     run_id: str,
-    validation_files: list[str] = (),
+    validation_files: Sequence[str] = (),
 ) -> dict:
     """Ranks as torchrun processes inside Spark barrier tasks; returns rank 0's result
     (TorchDistributor returns only that). GPUs when Spark assigns them to tasks."""
@@ -203,9 +203,11 @@ def run_torch_distributor(
     use_gpu = float(spark.conf.get("spark.task.resource.gpu.amount", "0") or 0) > 0
     rank_env = rank_environment(os.environ, config.checkpoint_dir)
     distributor = TorchDistributor(num_processes=num_ranks, local_mode=False, use_gpu=use_gpu)
-    return distributor.run(
+    result = distributor.run(
         _torchrun_entry(_job_archives(spark), rank_env), asdict(config), shard_files, run_id, list(validation_files)
     )
+    assert result is not None  # rank 0's dict (run() is typed Optional: a function may return None)
+    return result
 
 
 def run_ranks(
@@ -215,7 +217,7 @@ def run_ranks(
     shard_files: list[str],
     num_ranks: int,
     run_id: str,
-    validation_files: list[str] = (),
+    validation_files: Sequence[str] = (),
 ) -> dict:
     """Train with the chosen backend (the validation files evaluated after each epoch);
     rank 0's result (history and weights)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -190,7 +191,7 @@ def train_rank(
     config: TrainConfig,
     shard_files: list[str],
     mlflow_run_id: str | None,
-    validation_files: list[str] = (),
+    validation_files: Sequence[str] = (),
     started: dict[str, float | None] | None = None,
 ) -> dict:
     """Body of one rank, the same for every backend.
@@ -311,6 +312,7 @@ def train_rank(
         if monitor.observe(epoch, observed):
             best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
         if client is not None:
+            assert mlflow_run_id  # a client is made only with a run id (above)
             for key, value in metrics.items():
                 if math.isfinite(value):  # MLflow stores no NaN on every store; the guard says why
                     client.log_metric(mlflow_run_id, key, value, step=epoch)

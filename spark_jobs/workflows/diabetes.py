@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +27,10 @@ JITTER = 0.05
 
 class DiabetesNet(nn.Module):
     """A small MLP (10 -> 32 -> 16 -> 1) from raw measurements to the progression score."""
+
+    if TYPE_CHECKING:  # the buffers registered in __init__ (no class annotations: TorchScript would read them)
+        mean: torch.Tensor
+        std: torch.Tensor
 
     def __init__(self) -> None:
         super().__init__()
