@@ -11,16 +11,32 @@ path below the deployment's prefix (``[api] base_url`` with a path becomes the A
 ``root_path``), so a prefixed deployment is policed like an unprefixed one. DAGs without
 params are left alone. Runs created other ways (CLI, TriggerDagRunOperator, asset
 materialisation) meet the same rule in each DAG's first task, ``check_conf``.
+
+A trigger's ``logical_date`` is checked at the same door, for every DAG:
+
+- beyond now (more than :data:`MAX_CLOCK_SKEW` ahead), it is refused with 400 naming
+  ``logical_date``: the scheduler starts no run before its logical date, so such a run would
+  sit "running" with no task started, holding the DAG's active-run slot, for as long as the
+  date is ahead (Airflow 3.3 accepts it and logs "Logical date is in future" every loop);
+- already the logical date of a run of that DAG, it is refused with 409 naming the run that
+  holds it (its id, type and state), where Airflow answers "Unique constraint violation".
+
+A backfill of future dates is refused by Airflow itself ("Backfill cannot be executed for
+future dates").
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from typing import Any
 
 TRIGGER_ROUTE = re.compile(r"^/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?$")
 BACKFILL_ROUTE = re.compile(r"^/api/v2/backfills(?:/dry_run)?/?$")
+# How far ahead of this server's clock a trigger's logical date may be (the caller's clock
+# may run a little ahead): a run that early starts as soon as its date is reached.
+MAX_CLOCK_SKEW = dt.timedelta(minutes=5)
 
 
 def route_path(scope: dict) -> str:
@@ -61,6 +77,58 @@ def unknown_conf_keys(conf: Any, declared: set[str]) -> list[str]:
     return sorted(set(conf) - declared)
 
 
+def requested_logical_date(payload: Any) -> dt.datetime | None:
+    """A trigger body's ``logical_date`` as an aware datetime; None when it is absent, null or
+    not an aware ISO 8601 time (the endpoint gives its own 422 for those)."""
+    value = payload.get("logical_date") if isinstance(payload, dict) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def future_date_refusal(logical_date: dt.datetime, now: dt.datetime) -> str | None:
+    """Why a trigger for ``logical_date`` is refused at ``now``, or None when it is not ahead."""
+    if logical_date <= now + MAX_CLOCK_SKEW:
+        return None
+    return (
+        f"logical_date {logical_date.isoformat()} is in the future (now {now.isoformat(timespec='seconds')}, "
+        f"{MAX_CLOCK_SKEW.total_seconds() / 60:g} minutes of clock skew allowed): the scheduler starts no run "
+        "before its logical date, so the run would wait holding the DAG's active-run slot; give a logical "
+        "date up to now, or none (the run then takes the trigger time)"
+    )
+
+
+def run_holding(dag_id: str, logical_date: dt.datetime) -> dict | None:
+    """The run of ``dag_id`` whose logical date is ``logical_date``: its id, type and state."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalars(
+            select(DagRun).where(DagRun.dag_id == dag_id, DagRun.logical_date == logical_date)
+        ).first()
+        if run is None:
+            return None
+        return {"run_id": run.run_id, "run_type": _value(run.run_type), "state": _value(run.state)}
+
+
+def _value(member: Any) -> str:
+    return str(getattr(member, "value", member))
+
+
+def duplicate_date_refusal(dag_id: str, logical_date: dt.datetime, holder: dict) -> str:
+    return (
+        f"logical_date {logical_date.isoformat()} of dag {dag_id} is held by run {holder['run_id']!r} "
+        f"({holder['run_type']}, {holder['state']}): a DAG has one run per logical date; clear that run "
+        "to process its day again, or trigger with another logical date"
+    )
+
+
 def declared_params(dag_id: str) -> set[str]:
     from airflow.models.serialized_dag import SerializedDagModel
 
@@ -91,27 +159,20 @@ class StrictConfMiddleware:
             conf = payload.get(conf_key)
             dag_id = dag_id if dag_id is not None else payload.get("dag_id")
         except (ValueError, AttributeError):
-            conf = None  # malformed bodies are the endpoint's own 4xx to give
-        if conf and isinstance(dag_id, str):
-            from starlette.concurrency import run_in_threadpool
-
-            declared = await run_in_threadpool(declared_params, dag_id)
-            unknown = unknown_conf_keys(conf, declared)
-            if unknown:
-                detail = f"unknown parameter(s) {unknown} for dag {dag_id}; allowed: {sorted(declared)}"
-                refusal = json.dumps({"detail": detail}).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 400,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(refusal)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": refusal})
-                return
+            payload, conf = None, None  # malformed bodies are the endpoint's own 4xx to give
+        refusal = await self.refusal(dag_id, conf, payload if conf_key == "conf" else None)
+        if refusal is not None:
+            status, detail = refusal
+            answer = json.dumps({"detail": detail}).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": answer})
+            return
 
         replayed = False
 
@@ -123,3 +184,23 @@ class StrictConfMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def refusal(self, dag_id: Any, conf: Any, trigger: Any) -> tuple[int, str] | None:
+        """``(status, detail)`` refusing the request, or None to pass it on. ``trigger`` is the
+        body of a trigger (None for a backfill): its logical date is checked too."""
+        if not isinstance(dag_id, str):
+            return None
+        from starlette.concurrency import run_in_threadpool
+
+        if conf:
+            declared = await run_in_threadpool(declared_params, dag_id)
+            if unknown := unknown_conf_keys(conf, declared):
+                return 400, f"unknown parameter(s) {unknown} for dag {dag_id}; allowed: {sorted(declared)}"
+        logical_date = requested_logical_date(trigger)
+        if logical_date is None:
+            return None
+        if future := future_date_refusal(logical_date, dt.datetime.now(dt.UTC)):
+            return 400, future
+        if holder := await run_in_threadpool(run_holding, dag_id, logical_date):
+            return 409, duplicate_date_refusal(dag_id, logical_date, holder)
+        return None

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from fastapi import FastAPI, Request
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -111,3 +115,66 @@ def test_prefixed_declared_keys_and_other_routes_pass_through(declared):
     accepted = client.post("/airflow/api/v2/dags/train/dagRuns", json={"conf": {"epochs": 2}})
     assert accepted.status_code == 200 and accepted.json() == {"dag_id": "train", "received": {"epochs": 2}}
     assert client.post("/airflow/api/v2/dags/other/dagRuns", json={"conf": {"x": 1}}).status_code == 200
+
+
+@pytest.fixture()
+def no_runs(monkeypatch):
+    """No run holds any logical date (the real lookup runs in the platform's API server:
+    tests/platform/test_platform_flows.py)."""
+    monkeypatch.setattr(strict_conf, "run_holding", lambda dag_id, logical_date: None)
+
+
+def iso(when: dt.datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize("dag_id", ["train", "other"])  # with and without declared params
+def test_a_future_logical_date_is_refused_with_400_naming_it(declared, no_runs, dag_id):
+    client = airflow_like_app("")
+    for ahead in (strict_conf.MAX_CLOCK_SKEW + dt.timedelta(minutes=1), dt.timedelta(days=365 * 70)):
+        when = dt.datetime.now(dt.UTC) + ahead
+        response = client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": iso(when), "conf": {}})
+        assert response.status_code == 400, response.text
+        detail = response.json()["detail"]
+        assert detail.startswith(f"logical_date {when.isoformat()} is in the future"), detail
+
+
+def test_now_a_little_skew_the_past_and_no_date_pass(declared, no_runs):
+    client = airflow_like_app("")
+    now = dt.datetime.now(dt.UTC)
+    for body in (
+        {"logical_date": iso(now + strict_conf.MAX_CLOCK_SKEW - dt.timedelta(seconds=30))},
+        {"logical_date": iso(now - dt.timedelta(days=400))},
+        {"logical_date": None},
+        {},
+    ):
+        response = client.post("/api/v2/dags/train/dagRuns", json={**body, "conf": {"epochs": 1}})
+        assert response.status_code == 200 and response.json()["received"] == {"epochs": 1}, (body, response.text)
+
+
+def test_a_taken_logical_date_is_refused_with_409_naming_the_run_that_holds_it(declared, monkeypatch):
+    taken = dt.datetime(2026, 12, 1, 2, tzinfo=dt.UTC)
+    holder = {"run_id": "scheduled__2026-12-01T02:00:00+00:00", "run_type": "scheduled", "state": "success"}
+    asked = []
+
+    def run_holding(dag_id, logical_date):
+        asked.append((dag_id, logical_date))
+        return holder if logical_date == taken else None
+
+    monkeypatch.setattr(strict_conf, "run_holding", run_holding)
+    client = airflow_like_app("")
+    refused = client.post("/api/v2/dags/train/dagRuns", json={"logical_date": "2026-12-01T02:00:00Z"})
+    assert refused.status_code == 409, refused.text
+    detail = refused.json()["detail"]
+    assert "logical_date 2026-12-01T02:00:00+00:00 of dag train" in detail and repr(holder["run_id"]) in detail
+    assert "scheduled, success" in detail
+    other = client.post("/api/v2/dags/train/dagRuns", json={"logical_date": "2026-12-02T02:00:00+00:00"})
+    assert other.status_code == 200
+    assert asked == [("train", taken), ("train", dt.datetime(2026, 12, 2, 2, tzinfo=dt.UTC))]
+
+
+@given(st.text(max_size=40) | st.integers() | st.none() | st.datetimes().map(dt.datetime.isoformat))
+def test_any_logical_date_value_is_read_or_left_to_the_endpoint(value):
+    """Untrusted body values: a date is read, anything else is None (never an error here)."""
+    when = strict_conf.requested_logical_date({"logical_date": value})
+    assert when is None or when.tzinfo is not None
