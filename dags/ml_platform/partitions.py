@@ -1,9 +1,12 @@
 """Which partition a DAG run processes: explicit, documented and unit-tested.
 
 - A run with a data interval (``CronDataIntervalTimetable``, e.g. ``mnist_batch_scoring``)
-  processes the UTC day its interval starts on: the interval 2026-11-01 00:00 ->
-  2026-11-02 00:00 is ``ds=2026-11-01``, so a backfill from 2026-11-01 to 2026-11-03
-  scores exactly those three days.
+  processes the UTC day of its logical date: the scheduled or backfilled run of the interval
+  2026-11-01 00:00 -> 2026-11-02 00:00 (logical date 2026-11-01) is ``ds=2026-11-01``, so a
+  backfill from 2026-11-01 to 2026-11-03 scores exactly those three days, and so does a run
+  triggered by hand with logical date 2026-11-01, whose interval Airflow infers as the one
+  *ending* then (2026-10-31 -> 2026-11-01). A manual run with no logical date processes the
+  start of its inferred interval: the last complete day.
 - A run without one (Airflow 3's default ``CronTriggerTimetable``: logical date = run
   time, empty interval; or an asset-triggered / date-less manual run) processes the UTC
   day *before* its logical date, or before the time it was queued when it has none: the
@@ -26,7 +29,7 @@ def partition_ds(dag_run: Any) -> str:
     start = getattr(dag_run, "data_interval_start", None)
     end = getattr(dag_run, "data_interval_end", None)
     if start is not None and end is not None and end > start:
-        return start.date().isoformat()
+        return (dag_run.logical_date or start).date().isoformat()
     anchor: datetime = dag_run.logical_date or dag_run.run_after
     return (anchor.date() - timedelta(days=1)).isoformat()
 

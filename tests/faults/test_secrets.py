@@ -35,7 +35,7 @@ import pytest
 from faults_support import MARKER_VAR, WORKFLOW, log_untrained_model, marked_processes, mlflow_client_env, new_marker
 from local_stack import VENV_BIN, SocketWatch
 
-LOGICAL_DATE, PARTITION = "2026-10-11", "2026-10-10"
+LOGICAL_DATE = PARTITION = "2026-10-10"  # batch scoring processes the day of its logical date
 ROWS = 200
 
 
