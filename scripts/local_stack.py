@@ -410,17 +410,22 @@ def fresh_database(server: str, prefix: str) -> Iterator[str]:
         admin.dispose()
 
 
+# The services' ports where nothing else asks for others (make demo, make up): defined once.
+MLFLOW_PORT = 5000
+AIRFLOW_API_PORT = 8080
+
+
 @dataclass
 class LocalStack:
     state_dir: Path
-    mlflow_port: int = 5000
+    mlflow_port: int = MLFLOW_PORT
     spark_master: str = "local[2]"
     extra_env: dict[str, str] = field(default_factory=dict)
     # Where the MLflow server keeps artifacts; default: a folder of the state dir.
     artifacts_destination: str | None = None
     # The MLflow server's backend store (SQLAlchemy URI); default: SQLite in the state dir.
     mlflow_store_uri: str | None = None
-    api_port: int = 8080
+    api_port: int = AIRFLOW_API_PORT
     # Airflow's log servers (worker, triggerer) are not started (see start_airflow_services);
     # should one start anyway, it must not take the fixed default another stack here holds.
     log_server_ports: tuple[int, int] = field(default_factory=lambda: (free_port(), free_port()))

@@ -43,6 +43,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from local_stack import (  # noqa: E402
+    AIRFLOW_API_PORT,
+    MLFLOW_PORT,
     REPO,
     EmbeddedPostgres,
     LocalStack,
@@ -101,8 +103,8 @@ class Platform:
     def stack(self, server: str) -> LocalStack:
         return LocalStack(
             state_dir=self.state_dir,
-            mlflow_port=int(os.environ.get(MLFLOW_PORT_VAR, "5000")),
-            api_port=int(os.environ.get(AIRFLOW_PORT_VAR, "8080")),
+            mlflow_port=int(os.environ.get(MLFLOW_PORT_VAR, MLFLOW_PORT)),
+            api_port=int(os.environ.get(AIRFLOW_PORT_VAR, AIRFLOW_API_PORT)),
             mlflow_store_uri=database_uri(server, "mlflow"),
             extra_env={
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(server, "airflow"),
