@@ -8,8 +8,10 @@ One run per UTC day, with Airflow's data-interval semantics: the run whose inter
 midnight) scores `ds=2026-11-01`. Re-running or backfilling a day replaces its curated and
 predictions partitions: counts never double; a writer of the day waits for any other run's
 writer of it (partition locks, `claim_*`/`release_*`). A late raw drop is waited for by the
-ingest task's retries or, with a landing zone (`ML_LANDING_CONTAINER`), by the
-`wait_for_raw_drop` sensor before `stage_raw_drop` copies it into the storage root.
+`wait_for_raw_drop` sensor (reschedule mode: no worker slot between looks): in the storage
+root's raw partition until `ML_RAW_DROP_DEADLINE_HOURS` (24) after the day ends, then it is
+skipped with the reason and so is the rest of the run (no failure, no retry); with a landing
+zone (`ML_LANDING_CONTAINER`) in that blob container, before `stage_raw_drop` copies it in.
 
 Backfill days D1..D2 (one run per day, scored with the model `model_policy` picks):
 

@@ -8,10 +8,13 @@ built by `nightly_retrain(cfg)` from the workflow's declaration
 Runs at 02:00 UTC and processes the UTC day that has just ended: the run of 2026-11-29
 handles partition `ds=2026-11-28` (see `ml_platform/partitions.py`).
 
-1. **ingest_raw_drop**: the day's raw CSV drop (the workflow's fields) becomes a validated curated Parquet
+1. **wait_for_raw_drop**: waits for the day's raw drop (reschedule mode, no worker slot
+   between looks) until `ML_RAW_DROP_DEADLINE_HOURS` (24) after the day ends; a drop that never
+   came skips it, with the reason, and the rest of the run (nothing fails or retries).
+   **ingest_raw_drop**: the day's raw CSV drop (the workflow's fields) becomes a validated curated Parquet
    partition; rejected rows go to quarantine with their reason. Updates the curated Asset.
-   With a landing zone (`ML_LANDING_CONTAINER`), **wait_for_raw_drop** first waits for the
-   drop in that blob container and **stage_raw_drop** copies it into the storage root.
+   With a landing zone (`ML_LANDING_CONTAINER`), the wait is for the drop in that blob
+   container and **stage_raw_drop** copies it into the storage root.
 2. **train_model**: Horovod data-parallel training of the workflow's model over the last
    `window_days` curated partitions, one rank per Spark slot; metrics and model go to MLflow.
 3. **register_model**: held-out evaluation, a new registry version with alias

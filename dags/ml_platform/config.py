@@ -146,6 +146,12 @@ class PlatformConfig(BaseSettings):
     # the drop is written straight into the storage root.
     landing_conn_id: str = "wasb_default"
     landing_container: str = ""
+    # How long a day's raw drop is waited for: until this many hours after the end of the day
+    # it holds (UTC); then the run's wait_for_raw_drop ends as skipped, and with it the run.
+    raw_drop_deadline_hours: float = Field(24, gt=0, le=24 * 30)
+    # Called (``module:callable``, given the task's context) when a day's drop missed its
+    # deadline, beside the warning in the task's log: a page, a chat message, a ticket.
+    raw_drop_alert: str = ""
     # Training checkpoints (any fsspec URL); empty: no checkpoints. Credentials for remote
     # URLs come from the jobs' environment (e.g. AZURE_STORAGE_CONNECTION_STRING), never args.
     checkpoint_root: str = ""

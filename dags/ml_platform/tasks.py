@@ -36,6 +36,9 @@ REQUIRED_TAGS = {"validation_status": "passed"}
 # not arrived after LANDING_TIMEOUT fails the run instead of holding it open.
 LANDING_POKE_INTERVAL = timedelta(minutes=5)
 LANDING_TIMEOUT = timedelta(hours=6)
+# Without a landing zone, wait_for_raw_drop looks for the day's drop in the storage root this
+# often (reschedule mode: no worker slot between looks) until ML_RAW_DROP_DEADLINE_HOURS.
+RAW_DROP_POKE_INTERVAL = timedelta(minutes=5)
 # A writer waiting for another run's writer of the same partition frees its worker slot
 # between tries; one still blocked after PARTITION_LOCK_TIMEOUT fails, naming the holder.
 PARTITION_LOCK_POKE_INTERVAL = timedelta(seconds=15)
@@ -165,15 +168,14 @@ def storage_path(cfg: PlatformConfig, path: str) -> ObjectStoragePath:
     return ObjectStoragePath(cfg.object_storage_uri(path), conn_id=cfg.storage_conn_id or None)
 
 
-def receive_raw_drop(cfg: PlatformConfig, ds: str) -> list[BaseOperator]:
-    """Wait for the day's drop in the landing container (:func:`ingest` then stages it).
-
-    Only with a landing zone (``ML_LANDING_CONTAINER``); without one the drop is written
-    straight into the storage root and this returns no tasks, so DAGs chain its result
-    before ingest either way. The wait holds no partition lock: a drop can be hours late.
+def receive_raw_drop(cfg: PlatformConfig, ds: str) -> list[BaseOperator | XComArg]:
+    """Wait for the day's drop: in the landing container with a landing zone
+    (``ML_LANDING_CONTAINER``; :func:`ingest` then stages it), else in the storage root's raw
+    partition (:func:`wait_for_raw_drop`). The wait holds no partition lock: a drop can be
+    hours late.
     """
     if not cfg.landing_container:
-        return []
+        return [wait_for_raw_drop(cfg, ds)]
     from airflow.providers.microsoft.azure.sensors.wasb import WasbPrefixSensor
 
     wait = WasbPrefixSensor(
@@ -186,6 +188,69 @@ def receive_raw_drop(cfg: PlatformConfig, ds: str) -> list[BaseOperator]:
         timeout=LANDING_TIMEOUT.total_seconds(),
     )
     return [wait]
+
+
+def raw_drop_deadline(ds: str, hours: float) -> pendulum.DateTime:
+    """Until when day ``ds``'s raw drop is waited for: ``hours`` after the day ends (UTC)."""
+    day = date.fromisoformat(ds)
+    return pendulum.datetime(day.year, day.month, day.day, tz="UTC") + timedelta(days=1, hours=hours)
+
+
+def has_drop_files(partition: Any) -> bool:
+    """Whether a raw partition (an ``ObjectStoragePath``, or a ``pathlib.Path``) holds a file
+    ingest reads: names starting with ``_`` or ``.`` (a writer's temporary or marker files)
+    are not, as for Spark."""
+    if not partition.exists():
+        return False
+    return any(path.is_file() and not path.name.startswith(("_", ".")) for path in partition.iterdir())
+
+
+def raw_drop_alert(cfg: PlatformConfig):
+    """The ``on_skipped_callback`` of :func:`wait_for_raw_drop`: a warning in the task's log,
+    then ``ML_RAW_DROP_ALERT`` (``module:callable``, given the context) where one is set."""
+
+    def alert(context: dict[str, Any]) -> None:
+        log.warning("ALERT raw drop missed its deadline: %s", context.get("exception") or "no drop")
+        if cfg.raw_drop_alert:
+            import importlib
+
+            module, _, name = cfg.raw_drop_alert.partition(":")
+            getattr(importlib.import_module(module), name)(context)
+
+    return alert
+
+
+def wait_for_raw_drop(cfg: PlatformConfig, ds: str) -> XComArg:
+    """Wait for day ``ds``'s raw drop in the storage root: done when its partition holds a
+    file; skipped, with the reason and :func:`raw_drop_alert`, once the deadline
+    (``ML_RAW_DROP_DEADLINE_HOURS`` after the day ends) has passed without one, so the run's
+    other tasks are skipped too and nothing fails or retries. The clock decides only how long
+    to wait, never which day is processed. Reschedule mode: no worker slot between looks."""
+    hours = cfg.raw_drop_deadline_hours
+
+    @task.sensor(
+        task_id="wait_for_raw_drop",
+        mode="reschedule",
+        poke_interval=RAW_DROP_POKE_INTERVAL.total_seconds(),
+        # A backstop only (the deadline ends the wait first); it skips too.
+        timeout=(timedelta(hours=hours) + timedelta(days=2)).total_seconds(),
+        soft_fail=True,  # (a skip is no failure: it is never retried; a failing look still is)
+        on_skipped_callback=raw_drop_alert(cfg),
+    )
+    def wait(raw_uri: str, day: str) -> bool:  # (not "ds": a context key)
+        if has_drop_files(storage_path(cfg, raw_uri)):
+            log.info("raw drop for ds=%s is at %s", day, raw_uri)
+            return True
+        deadline = raw_drop_deadline(day, hours)
+        if pendulum.now("UTC") >= deadline:
+            raise AirflowSkipException(
+                f"no raw drop for ds={day} at {raw_uri} by its deadline {deadline.isoformat()} "
+                f"(ML_RAW_DROP_DEADLINE_HOURS={hours:g} after the day): nothing to process, the run's tasks are skipped"
+            )
+        log.info("no raw drop for ds=%s at %s yet; waiting until %s", day, raw_uri, deadline.isoformat())
+        return False
+
+    return wait(cfg.raw_path(ds), ds)
 
 
 def raw_drop_file_name(blob_name: str, prefix: str) -> str:

@@ -112,6 +112,7 @@ def test_nightly_chain_and_operators(dagbag):
 
     dag = dagbag.dags["mnist_nightly_retrain"]
     order = [
+        "wait_for_raw_drop",
         "claim_curated",
         "ingest_raw_drop",
         "train_model",

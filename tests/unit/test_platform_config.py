@@ -21,6 +21,8 @@ SETTINGS = {
     "ML_SYNAPSE_EXECUTORS": ("synapse_executors", "4", 4),
     "ML_SPARK_DRIVER_JAVA_OPTIONS": ("driver_java_options", "-Xmx2g", "-Xmx2g"),
     "ML_SPARK_CONN_ID": ("spark_conn_id", "spark_yarn", "spark_yarn"),
+    "ML_RAW_DROP_DEADLINE_HOURS": ("raw_drop_deadline_hours", "6.5", 6.5),
+    "ML_RAW_DROP_ALERT": ("raw_drop_alert", "alerts:page_on_call", "alerts:page_on_call"),
 }
 
 
@@ -50,6 +52,8 @@ def test_each_setting_is_read_from_its_variable_and_an_empty_one_keeps_the_defau
         ("ML_SPARK_SUBMIT_TARGET", "emr", "'spark' or 'synapse'"),
         ("ML_SYNAPSE_EXECUTORS", "0", "greater than or equal to 1"),
         ("ML_PASS_MLFLOW_CREDENTIALS", "maybe", "a valid boolean"),
+        ("ML_RAW_DROP_DEADLINE_HOURS", "0", "greater than 0"),
+        ("ML_RAW_DROP_DEADLINE_HOURS", "1000", "less than or equal to 720"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable_what_is_allowed_and_the_value(monkeypatch, variable, text, allowed):
