@@ -3,7 +3,8 @@ processor; LocalExecutor; Postgres metadata DB) on loopback: backfills with ``ai
 ``as_of`` model policy across a promotion, on-demand training triggered through the REST
 API (valid and invalid conf), a bulk backfill compared row for row with daily runs, the
 champion Asset starting the re-scoring DAG, undeclared conf keys arriving by the CLI, a
-backfill and TriggerDagRunOperator, and Airflow's own kills of a running Spark task.
+backfill and TriggerDagRunOperator, a week of days whose drops never came (skipped, not
+failed), and Airflow's own kills of a running Spark task.
 
 ``mnist_batch_scoring`` has data-interval semantics: ``--from-date 2026-11-01 --to-date
 2026-11-03`` creates the runs that score ds 2026-11-01..2026-11-03.
@@ -30,6 +31,7 @@ ROWS = 1000
 DAYS = [f"2026-11-0{d}" for d in range(1, 4)]  # ds 2026-11-01 .. 2026-11-03
 FIRST_DAYS = DAYS[:1]  # the first backfill; the reprocess adds the other days
 MISSING_DAY = "2026-11-04"  # no drop: never curated
+NO_DROP_WEEK = ("2026-10-01", "2026-10-07")  # days no test drops anything for
 UNKNOWN_KEY = "unknown_key"  # the key tests/e2e/dags/e2e_airflow_paths.py triggers with
 MARKER_VAR = "E2E_MARKER"  # ditto: set on every process of e2e_spark_kill's jobs
 
@@ -386,6 +388,25 @@ def test_undeclared_conf_key_in_a_backfill_fails_its_run_at_check_conf(services)
         f"backfill run of {ds}",
     )
     assert_refused_at_check_conf(services, SCORING, run["dag_run_id"])
+
+
+def test_a_week_without_drops_ends_skipped_with_the_reason_never_failed_or_retried(services):
+    """Seven days whose raw drop never came, past their deadline: each run's wait_for_raw_drop
+    is skipped once with the reason in its log, everything after it skipped, the run a success
+    (nothing failed, nothing retried, nothing ingested)."""
+    first, last = NO_DROP_WEEK
+    runs = backfill_runs(services, SCORING, first, last, "--dag-run-conf", json.dumps({"model_policy": "current"}))
+    assert len(runs) == 7 and set(runs.values()) == {"success"}, runs
+    for run_id in runs:
+        tis = task_instances(services, SCORING, run_id)
+        wait = tis["wait_for_raw_drop"]
+        assert (wait["state"], wait["try_number"]) == ("skipped", 1), wait
+        ran = {task: ti["state"] for task, ti in tis.items() if task not in ("check_conf", "wait_for_raw_drop")}
+        assert set(ran.values()) == {"skipped"}, ran
+        ds = services.api("GET", f"/dags/{SCORING}/dagRuns/{run_id}")[1]["logical_date"][:10]
+        log = task_log(services, SCORING, run_id, "wait_for_raw_drop")
+        assert f"no raw drop for ds={ds} at " in log and "ML_RAW_DROP_DEADLINE_HOURS=24" in log, log[-2000:]
+        assert not (services.storage_root / "curated" / "mnist" / f"ds={ds}").exists()
 
 
 def test_airflow_kills_of_a_running_spark_task_leave_no_process_of_the_job(services):
