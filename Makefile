@@ -41,7 +41,9 @@ format:
 	.venv/bin/ruff check --fix .
 	.venv/bin/ruff format .
 
-# About 20 minutes on 2 cores; writes benchmarks/results/ (results.md, results.json, *.png).
+# About 20 minutes on 2 cores; writes benchmarks/results/ (results.md, results.json, *.png),
+# then the measured figures of docs/performance.md from that report (benchmarks/publish.py).
 bench:
 	scripts/setup_env.sh --dev
 	.venv/bin/python -m benchmarks
+	.venv/bin/python -m benchmarks.publish

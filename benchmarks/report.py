@@ -83,13 +83,11 @@ def targets_table(results: dict[str, dict]) -> list[str]:
     return lines
 
 
-def markdown(document: dict[str, Any]) -> str:
-    meta, results = document["meta"], document["benchmarks"]
+def run_lines(meta: dict[str, Any]) -> list[str]:
+    """The run: its command, date and length, and the machine it ran on."""
     m = meta["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
-    lines = [
-        "# Benchmark results",
-        "",
+    return [
         f"`{meta['command']}` (size `{meta['size']}`), {meta['date']}, {meta['wall_seconds'] / 60:.1f} min.",
         "",
         f"Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, {m['os']}; Python {m['python']}, "
@@ -100,6 +98,38 @@ def markdown(document: dict[str, Any]) -> str:
             f"Merged from: `{run['command']}` ({run['date']}, load {run['load_start']:.1f} -> {run['load_end']:.1f}).  "
             for run in meta.get("runs", [])
         ],
+    ]
+
+
+def benchmark_tables(result: dict[str, Any]) -> list[str]:
+    """One benchmark's measurements, ratios, notes and extra tables."""
+    lines = ["| measurement | median | spread (min-max) | n | note |", "|---|---|---|---|---|"]
+    for meas in result["measurements"].values():
+        unit = meas["unit"]
+        lines.append(
+            f"| {meas['label']} | {fmt(meas['median'], unit)} | {fmt(meas['min'], unit)} - "
+            f"{fmt(meas['max'], unit)} | {meas['n']} | {meas['note']} |"
+        )
+    lines += ["", "| ratio | value | range |", "|---|---|---|"]
+    lines += [
+        f"| {q['label']} | {ratio_text(q['value'])} | {ratio_text(q['low'])} - {ratio_text(q['high'])} |"
+        for q in result["ratios"]
+    ]
+    if result["notes"]:
+        lines += ["", *[f"- {note}" for note in result["notes"]]]
+    for title, rows in result["tables"].items():
+        if rows:
+            lines += ["", f"**{title}**", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+            lines += ["| " + " | ".join("-" if v is None else str(v) for v in row.values()) + " |" for row in rows]
+    return lines
+
+
+def markdown(document: dict[str, Any]) -> str:
+    meta, results = document["meta"], document["benchmarks"]
+    lines = [
+        "# Benchmark results",
+        "",
+        *run_lines(meta),
         "",
         "Medians of repetitions; spread is min-max over the repetitions (n). A ratio is the ratio of "
         "medians; its range combines both sides' min-max.",
@@ -112,34 +142,10 @@ def markdown(document: dict[str, Any]) -> str:
     for name, error in document["errors"].items():
         lines += [f"**{name} failed**: `{error.strip().splitlines()[-1]}`", ""]
     for name, r in results.items():
-        lines += [
-            f"## {r['title']}",
-            "",
-            r["method"],
-            "",
-            "| measurement | median | spread (min-max) | n | note |",
-            "|---|---|---|---|---|",
-        ]
-        for meas in r["measurements"].values():
-            unit = meas["unit"]
-            lines.append(
-                f"| {meas['label']} | {fmt(meas['median'], unit)} | {fmt(meas['min'], unit)} - "
-                f"{fmt(meas['max'], unit)} | {meas['n']} | {meas['note']} |"
-            )
-        lines += ["", "| ratio | value | range |", "|---|---|---|"]
-        lines += [
-            f"| {q['label']} | {ratio_text(q['value'])} | {ratio_text(q['low'])} - {ratio_text(q['high'])} |"
-            for q in r["ratios"]
-        ]
-        lines += ["", f"Settings: `{json.dumps(r['settings'], default=str)}`. Took {r['wall_seconds']:.0f} s.", ""]
-        lines += [f"- {note}" for note in r["notes"]]
-        for title, rows in r["tables"].items():
-            if rows:
-                lines += ["", f"**{title}**", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-                lines += ["| " + " | ".join("-" if v is None else str(v) for v in row.values()) + " |" for row in rows]
+        lines += [f"## {r['title']}", "", r["method"], "", *benchmark_tables(r), ""]
+        lines += [f"Settings: `{json.dumps(r['settings'], default=str)}`. Took {r['wall_seconds']:.0f} s.", ""]
         for plot in document["plots"].get(name, []):
-            lines += ["", f"![{plot}]({plot})"]
-        lines.append("")
+            lines += [f"![{plot}]({plot})", ""]
     return "\n".join(lines)
 
 

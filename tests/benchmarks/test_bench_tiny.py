@@ -150,3 +150,43 @@ def test_markdown_lists_every_target_and_the_machine(tiny_report):
     assert machine["cores"] >= 1 and machine["memory_gib"] > 0
     assert machine["versions"]["pyspark"] == "4.3.0" and machine["python"].startswith("3.11")
     assert f"{machine['cores']} cores" in markdown
+
+
+def test_the_performance_document_takes_its_figures_from_the_report(tiny_report, tmp_path):
+    """``python -m benchmarks.publish`` refuses the tiny report (nothing written), and the same
+    report published as a default run replaces exactly the marked block of
+    docs/performance.md (every target, benchmark and robustness night of the report is in
+    it, and the prose around it is left as it was) and of the README (the targets)."""
+    from benchmarks import publish
+
+    out, document, _ = tiny_report
+    doc = tmp_path / "performance.md"
+    original = (REPO / "docs" / "performance.md").read_text()
+    doc.write_text(original)
+    refused = subprocess.run(
+        [sys.executable, "-m", "benchmarks.publish", "--results", str(out / "results.json"), "--doc", str(doc)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 1 and "--size tiny report is not published" in refused.stderr, refused.stderr
+    assert doc.read_text() == original
+
+    published = publish.publish({**document, "meta": {**document["meta"], "size": "default"}}, original)
+    head, block_and_tail = published.split(publish.BEGIN)
+    block, tail = block_and_tail.split(publish.END)
+    assert head == original.split(publish.BEGIN)[0] and tail == original.split(publish.END)[1]
+    for result in document["benchmarks"].values():
+        assert f"### {result['title']}" in block
+        for target in result["targets"]:
+            assert f"| {target['label']} |" in block
+    for run in document["benchmarks"]["robustness"]["tables"]["runs"]:
+        assert f"| {run['workflow']} | {run['ds']} | {run['seed']} | {run['held_out']} |" in block
+    assert publish.publish(document, published) == published  # publishing again changes nothing
+
+    readme = publish.publish(document, (REPO / "README.md").read_text(), tables=False)
+    targets = readme.split(publish.BEGIN)[1].split(publish.END)[0]
+    for result in document["benchmarks"].values():
+        assert f"### {result['title']}" not in targets  # the README gets the targets alone
+        for target in result["targets"]:
+            assert f"| {target['label']} |" in targets
