@@ -24,7 +24,7 @@ backfills) is shared code that reads it. Keys:
     ``factory`` (``module:callable`` returning the ``torch.nn.Module`` to train; it takes
     the features tensor ``[batch, *shape]`` in their stored dtype and must be TorchScript-able),
     ``loss`` (``nll`` on log-probabilities, ``mse``) and ``[model.training]``: how the model is
-    trained (:class:`Training`; every key is checked, an unknown one is refused):
+    trained (:class:`Training`):
 
     - ``epochs``, ``batch_size`` (per rank), ``learning_rate`` (the base rate, scaled by the
       number of ranks);
@@ -57,6 +57,12 @@ Whatever the layout, the curated table holds a row's features as **one dense val
 column ``features``, the row's elements in the declared dtype, little-endian, row-major
 (see :mod:`spark_jobs.features`). A batch crosses from the JVM to Python as one buffer.
 
+Each table is a pydantic model: every key of every table is checked and an unknown one is
+refused; a number is an integer or a finite float as the key says, never a boolean or a
+string. A declaration that does not fit raises one :class:`WorkflowError` naming the source,
+the table, the key and what is allowed (``workflow mnist.toml [model.training.schedule]:
+'kind' is 'linear', allowed: constant, cosine, step``).
+
 Part of the contract both sides of the Airflow/Spark line import (:mod:`ml_contract`): the
 DAG files parse every declaration with :func:`parse_workflow` when they are imported, so a
 bad declaration is a DAG import error naming the key, and the jobs parse the same way
@@ -67,8 +73,29 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import cached_property
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, TypeVar, get_args, get_origin
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass as checked_dataclass
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 if TYPE_CHECKING:  # numpy is imported where an array is made: the DAG files parse without it
     import numpy as np
@@ -103,36 +130,95 @@ NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 # A raw field's name (the label, a tabular column, a tensor's field prefix): what a CSV header
 # may name, so that ingest can tell a header line from a row (spark_jobs.ingest).
 FIELD_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-DIRECTIONS = ("max", "min")
-LOSSES = ("nll", "mse")
-METRICS = ("accuracy", "rmse")
-OUTPUT_KINDS = ("class_probabilities", "regression")
-FEATURE_DTYPES = ("uint8", "float32")
+
+Direction = Literal["max", "min"]
+Loss = Literal["nll", "mse"]
+MetricName = Literal["accuracy", "rmse"]
+OutputKind = Literal["class_probabilities", "regression"]
+FeatureDtype = Literal["uint8", "float32"]
+LabelDtype = Literal["int32", "float32"]
+Optimizer = Literal["sgd", "adam", "adamw"]
+ScheduleKind = Literal["constant", "cosine", "step"]
+
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
+LOSSES: tuple[str, ...] = get_args(Loss)
+METRICS: tuple[str, ...] = get_args(MetricName)
+OUTPUT_KINDS: tuple[str, ...] = get_args(OutputKind)
+FEATURE_DTYPES: tuple[str, ...] = get_args(FeatureDtype)
+LABEL_DTYPES: tuple[str, ...] = get_args(LabelDtype)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+SCHEDULES: tuple[str, ...] = get_args(ScheduleKind)
 # The values each feature dtype holds (numpy's iinfo/finfo), written out so that parsing a
 # declaration, which every DAG file does, needs no numpy (a quarter of a second per parse).
 DTYPE_LIMITS = {"uint8": (0, 255), "float32": (-3.4028234663852886e38, 3.4028234663852886e38)}
-LABEL_DTYPES = ("int32", "float32")
 
 
 class WorkflowError(ValueError):
     """A workflow declaration is missing, malformed or inconsistent."""
 
 
-@dataclass(frozen=True)
+def _as_written(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A number checked as a float, kept as written: an integer stays one (``0..255``)."""
+    checked = handler(value)
+    return value if type(value) is int else checked
+
+
+def _csv_field_name(name: str) -> str:
+    if not re.fullmatch(FIELD_NAME, name):
+        raise ValueError(
+            f"name {name!r} is not a CSV field name: letters, digits and '_', not starting "
+            "with a digit (a header naming it could not be told from a row)"
+        )
+    return name
+
+
+def _as_a_whole(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A list checked as one value: a bad item refuses the list (``'betas' is [0.9]``)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError("list_refused", "the list is not allowed") from None
+
+
+# Scalars are strict (StrictInt, StrictFloat, StrictStr: a boolean is no number, a string no
+# number); containers are not, so that TOML arrays arrive as the tuples declared.
+Number = Annotated[StrictFloat, WrapValidator(_as_written)]
+FieldName = Annotated[StrictStr, AfterValidator(_csv_field_name)]
+Shape = Annotated[
+    tuple[Annotated[StrictInt, Field(gt=0)], ...],
+    Field(min_length=1, description="a list of positive integers"),
+    WrapValidator(_as_a_whole),
+]
+Beta = Annotated[StrictFloat, Field(ge=0, lt=1)]
+Betas = Annotated[tuple[Beta, Beta], Field(description="two numbers >= 0 and < 1"), WrapValidator(_as_a_whole)]
+
+# Every table: no key but the declared ones, no NaN or infinity. Built when first used.
+_CHECKS = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
+
+
+class _Table(BaseModel):
+    """A table of the declaration as TOML holds it."""
+
+    model_config = ConfigDict(**_CHECKS, frozen=True)
+
+
+@checked_dataclass(frozen=True, config=_CHECKS)
 class Label:
-    name: str
-    dtype: str
-    min: float
-    max: float
+    """``[dataset] label``: the target, the raw rows' first field."""
+
+    name: FieldName
+    dtype: LabelDtype
+    min: Number
+    max: Number
 
 
-@dataclass(frozen=True)
+@checked_dataclass(frozen=True, config=_CHECKS)
 class FeatureColumn:
     """One element of the feature tensor: its raw field name and allowed range."""
 
-    name: str
-    min: float
-    max: float
+    name: FieldName
+    min: Number
+    max: Number
 
 
 @dataclass(frozen=True)
@@ -188,30 +274,27 @@ class TensorFeatures:
         return np.array([c.max for c in self.columns], dtype=np.float64)
 
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
-SCHEDULES = ("constant", "cosine", "step")
-
-
 @dataclass(frozen=True)
 class Training:
-    """``[model.training]``: how a workflow's model is trained (see the module docstring)."""
+    """``[model.training]`` flat, as the training loop reads it (the keys and their defaults:
+    the module docstring; built by :func:`parse_training`)."""
 
     epochs: int
     learning_rate: float
     batch_size: int
-    optimizer: str = "sgd"
-    momentum: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    clip_grad_norm: float = 0.0
-    warmup_epochs: float = 0.0
-    schedule: str = "constant"
-    step_epochs: int = 1
-    gamma: float = 0.1
-    early_stopping_patience: int = 0
-    early_stopping_min_delta: float = 0.0
-    divergence_factor: float = 4.0
-    divergence_patience: int = 2
+    optimizer: str
+    momentum: float
+    betas: tuple[float, float]
+    weight_decay: float
+    clip_grad_norm: float
+    warmup_epochs: float
+    schedule: str
+    step_epochs: int
+    gamma: float
+    early_stopping_patience: int
+    early_stopping_min_delta: float
+    divergence_factor: float
+    divergence_patience: int
 
 
 @dataclass(frozen=True)
@@ -222,29 +305,29 @@ class Model:
     registered_name: str
 
 
-@dataclass(frozen=True)
+@checked_dataclass(frozen=True, config=_CHECKS)
 class Metric:
-    name: str
-    direction: str
+    name: MetricName
+    direction: Direction
 
     def better(self, a: float, b: float) -> bool:
         """Whether ``a`` is strictly better than ``b``."""
         return a > b if self.direction == "max" else a < b
 
 
-@dataclass(frozen=True)
+@checked_dataclass(frozen=True, config=_CHECKS)
 class Promotion:
-    floor: float
-    tolerance: float
+    floor: StrictFloat
+    tolerance: StrictFloat
 
 
-@dataclass(frozen=True)
+@checked_dataclass(frozen=True, config=_CHECKS)
 class Output:
     """``class_probabilities``: ``prediction`` (int, the argmax class) and ``prob_<c>``
     (double) for each of ``classes``; ``regression``: ``prediction`` (double)."""
 
-    kind: str
-    classes: int = 0
+    kind: OutputKind
+    classes: StrictInt = 0
 
     @property
     def is_classifier(self) -> bool:
@@ -254,6 +337,12 @@ class Output:
     def columns(self) -> list[str]:
         """The output columns a scored row carries, in order."""
         return ["prediction", *[f"prob_{c}" for c in range(self.classes)]]
+
+    @model_validator(mode="after")
+    def _classes_of_a_classifier(self) -> Self:
+        if self.classes and not self.is_classifier:
+            raise ValueError(f"'classes' applies to kind 'class_probabilities' only, not {self.kind!r}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -275,255 +364,341 @@ class Workflow:
         return [self.label.name, *self.features.raw_fields]
 
 
-def _section(data: dict, key: str, source: str) -> dict:
-    value = data.get(key)
-    if not isinstance(value, dict):
-        raise WorkflowError(f"{source}: missing table [{key}]")
-    return value
+class _Dataset(_Table):
+    raw_format: Literal["csv"]
+    sample: StrictStr | None = None
+    label: Label
 
 
-def _get(table: dict, key: str, kind: type | tuple[type, ...], source: str):
-    if key not in table:
-        raise WorkflowError(f"{source}: missing key {key!r}")
-    value = table[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise WorkflowError(f"{source}: {key!r} must be {kind}, got {value!r}")
-    return value
+class _Layout(_Table):
+    """``[features]``, either layout: its columns' names are unique and each range is ordered
+    and within the dtype's values."""
+
+    dtype: FeatureDtype
+
+    @cached_property
+    def features(self) -> TensorFeatures:
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _columns_fit(self) -> Self:
+        columns = self.features.columns
+        repeated = sorted(name for name, count in Counter(c.name for c in columns).items() if count > 1)
+        if repeated:
+            raise ValueError(f"column names repeat: {', '.join(map(repr, repeated))}")
+        low, high = DTYPE_LIMITS[self.dtype]
+        for column in columns:
+            if not low <= column.min <= column.max <= high:
+                raise ValueError(f"{column.name} range {column.min}..{column.max} must be ordered and fit {self.dtype}")
+        return self
 
 
-def _choice(table: dict, key: str, allowed: tuple[str, ...], source: str) -> str:
-    value = _get(table, key, str, source)
-    if value not in allowed:
-        raise WorkflowError(f"{source}: {key!r} is {value!r}, allowed: {', '.join(allowed)}")
-    return value
+class _TensorLayout(_Layout):
+    layout: Literal["tensor"]
+    shape: Shape
+    min: Number
+    max: Number
+    raw_field_prefix: FieldName
+
+    @cached_property
+    def features(self) -> TensorFeatures:
+        prefix, low, high = self.raw_field_prefix, self.min, self.max
+        columns = tuple(FeatureColumn(f"{prefix}{i}", low, high) for i in range(math.prod(self.shape)))
+        return TensorFeatures(layout=self.layout, shape=self.shape, dtype=self.dtype, columns=columns)
+
+
+class _TabularLayout(_Layout):
+    layout: Literal["tabular"]
+    columns: tuple[FeatureColumn, ...] = Field(min_length=1, description="at least one column {name, min, max}")
+
+    @cached_property
+    def features(self) -> TensorFeatures:
+        return TensorFeatures(layout=self.layout, shape=(len(self.columns),), dtype=self.dtype, columns=self.columns)
+
+
+class _Schedule(_Table):
+    """``[model.training.schedule]`` (``warmup_epochs`` below the epochs: checked with them)."""
+
+    kind: ScheduleKind = "constant"
+    warmup_epochs: Number = Field(0.0, ge=0)
+    step_epochs: StrictInt = Field(1, ge=1)
+    gamma: StrictFloat = Field(0.1, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _step_keys(self) -> Self:
+        """``step_epochs`` and ``gamma``: both for kind ``step``, neither for another."""
+        given = [key for key in ("step_epochs", "gamma") if key in self.model_fields_set]
+        if self.kind != "step" and given:
+            raise ValueError(f"'step_epochs' and 'gamma' apply to kind 'step' only, not {self.kind!r}")
+        if self.kind == "step" and len(given) < 2:
+            raise ValueError(_missing("gamma" if given == ["step_epochs"] else "step_epochs"))
+        return self
+
+
+class _EarlyStopping(_Table):
+    patience: StrictInt = Field(ge=1)
+    min_delta: StrictFloat = Field(0.0, ge=0)
+
+
+class _Divergence(_Table):
+    factor: StrictFloat = Field(4.0, gt=1)
+    patience: StrictInt = Field(2, ge=1)
+
+
+class _TrainingTable(_Table):
+    """``[model.training]`` and its sub-tables, as TOML holds them."""
+
+    epochs: StrictInt = Field(ge=1, le=1000)
+    learning_rate: StrictFloat = Field(gt=0, le=10)
+    batch_size: StrictInt = Field(ge=1, le=65536)
+    optimizer: Optimizer = "sgd"
+    momentum: StrictFloat = Field(0.0, ge=0, lt=1)
+    betas: Betas = (0.9, 0.999)
+    weight_decay: StrictFloat = Field(0.0, ge=0)
+    clip_grad_norm: StrictFloat = Field(0.0, ge=0)
+    schedule: _Schedule = _Schedule.model_construct()  # an absent table: its defaults
+    early_stopping: _EarlyStopping | None = None
+    divergence: _Divergence = _Divergence.model_construct()
+
+    @field_validator("schedule")
+    @classmethod
+    def _warm_up_within_the_epochs(cls, schedule: _Schedule, info: ValidationInfo) -> _Schedule:
+        epochs = info.data.get("epochs")  # absent when refused itself
+        if epochs is not None and schedule.warmup_epochs >= epochs:
+            raise ValueError(_refused("warmup_epochs", schedule.warmup_epochs, f">= 0 and < {epochs}"))
+        return schedule
+
+    @model_validator(mode="after")
+    def _optimizer_keys(self) -> Self:
+        """``momentum`` is SGD's, ``betas`` Adam's and AdamW's."""
+        if "momentum" in self.model_fields_set and self.optimizer != "sgd":
+            raise ValueError(f"'momentum' applies to optimizer 'sgd' only, not {self.optimizer!r} (see 'betas')")
+        if "betas" in self.model_fields_set and self.optimizer == "sgd":
+            raise ValueError("'betas' applies to optimizers 'adam' and 'adamw' only (see 'momentum')")
+        return self
+
+    def training(self) -> Training:
+        schedule, stopping, divergence = self.schedule, self.early_stopping, self.divergence
+        return Training(
+            **self.model_dump(exclude={"schedule", "early_stopping", "divergence"}),
+            warmup_epochs=float(schedule.warmup_epochs),
+            schedule=schedule.kind,
+            step_epochs=schedule.step_epochs,
+            gamma=schedule.gamma,
+            early_stopping_patience=stopping.patience if stopping else 0,
+            early_stopping_min_delta=stopping.min_delta if stopping else 0.0,
+            divergence_factor=divergence.factor,
+            divergence_patience=divergence.patience,
+        )
+
+
+TRAINING_KEYS = tuple(_TrainingTable.model_fields)
+
+
+class _ModelTable(_Table):
+    registered_name: StrictStr | None = None
+    factory: StrictStr
+    loss: Loss
+    training: _TrainingTable
+
+
+class _Declaration(_Table):
+    """The whole declaration, as TOML holds it."""
+
+    name: StrictStr = Field(pattern=NAME.pattern, description=f"a name matching {NAME.pattern}")
+    dataset: _Dataset
+    features: _TensorLayout | _TabularLayout = Field(discriminator="layout")
+    model: _ModelTable
+    metric: Metric
+    promotion: Promotion
+    output: Output
+    description: StrictStr  # last: a missing table is named before it
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """A classifier is trained with ``nll`` on an integer label and measured by accuracy
+        (higher is better); a regressor with ``mse`` on a float label, measured by RMSE (lower)."""
+        label, output, metric = self.dataset.label, self.output, self.metric
+        if output.is_classifier:
+            expected = {
+                "label dtype": ("int32", label.dtype),
+                "loss": ("nll", self.model.loss),
+                "metric": ("accuracy", metric.name),
+            }
+            if output.classes < 2 or label.min != 0 or label.max != output.classes - 1:
+                raise ValueError("a classifier needs classes >= 2 and labels 0..classes-1")
+        else:
+            expected = {
+                "label dtype": ("float32", label.dtype),
+                "loss": ("mse", self.model.loss),
+                "metric": ("rmse", metric.name),
+            }
+        for what, (want, got) in expected.items():
+            if want != got:
+                raise ValueError(f"a {output.kind} workflow needs {what} {want!r}, got {got!r}")
+        wanted_direction = "max" if metric.name == "accuracy" else "min"
+        if metric.direction != wanted_direction:
+            raise ValueError(f"metric {metric.name} has direction {wanted_direction!r}, got {metric.direction!r}")
+        return self
+
+    def workflow(self) -> Workflow:
+        dataset, model = self.dataset, self.model
+        return Workflow(
+            name=self.name,
+            description=self.description,
+            raw_format=dataset.raw_format,
+            sample=dataset.sample,
+            label=dataset.label,
+            features=self.features.features,
+            model=Model(
+                factory=model.factory,
+                loss=model.loss,
+                training=model.training.training(),
+                registered_name=self.name if model.registered_name is None else model.registered_name,
+            ),
+            metric=self.metric,
+            promotion=self.promotion,
+            output=self.output,
+        )
 
 
 def parse_workflow(data: dict, source: str) -> Workflow:
     """A :class:`Workflow` from a parsed TOML document; :class:`WorkflowError` names what is wrong."""
-    number = (int, float)
-    name = _get(data, "name", str, source)
-    if not NAME.match(name):
-        raise WorkflowError(f"{source}: name {name!r} must match {NAME.pattern}")
-    dataset = _section(data, "dataset", source)
-    raw_format = _choice(dataset, "raw_format", ("csv",), f"{source} [dataset]")
-    label_t = _get(dataset, "label", dict, f"{source} [dataset]")
-    label = Label(
-        name=_field_name(_get(label_t, "name", str, f"{source} [dataset.label]"), f"{source} [dataset.label]"),
-        dtype=_choice(label_t, "dtype", LABEL_DTYPES, f"{source} [dataset.label]"),
-        min=_get(label_t, "min", number, f"{source} [dataset.label]"),
-        max=_get(label_t, "max", number, f"{source} [dataset.label]"),
-    )
-    features = _parse_features(_section(data, "features", source), f"{source} [features]")
-    model_t = _section(data, "model", source)
-    training_t = _section(model_t, "training", f"{source} [model]")
-    src = f"{source} [model.training]"
-    model = Model(
-        factory=_get(model_t, "factory", str, f"{source} [model]"),
-        loss=_choice(model_t, "loss", LOSSES, f"{source} [model]"),
-        registered_name=model_t.get("registered_name", name),
-        training=parse_training(training_t, src),
-    )
-    metric_t = _section(data, "metric", source)
-    metric = Metric(
-        name=_choice(metric_t, "name", METRICS, f"{source} [metric]"),
-        direction=_choice(metric_t, "direction", DIRECTIONS, f"{source} [metric]"),
-    )
-    promotion_t = _section(data, "promotion", source)
-    promotion = Promotion(
-        floor=float(_get(promotion_t, "floor", number, f"{source} [promotion]")),
-        tolerance=float(_get(promotion_t, "tolerance", number, f"{source} [promotion]")),
-    )
-    output_t = _section(data, "output", source)
-    kind = _choice(output_t, "kind", OUTPUT_KINDS, f"{source} [output]")
-    output = Output(
-        kind=kind,
-        classes=_get(output_t, "classes", int, f"{source} [output]") if kind == "class_probabilities" else 0,
-    )
-    _check_consistent(label, model, metric, output, source)
-    return Workflow(
-        name=name,
-        description=_get(data, "description", str, source),
-        raw_format=raw_format,
-        sample=_get(dataset, "sample", str, f"{source} [dataset]") if "sample" in dataset else None,
-        label=label,
-        features=features,
-        model=model,
-        metric=metric,
-        promotion=promotion,
-        output=output,
-    )
-
-
-def _known_keys(table: dict, allowed: tuple[str, ...], source: str) -> None:
-    unknown = sorted(set(table) - set(allowed))
-    if unknown:
-        raise WorkflowError(f"{source}: unknown key {unknown[0]!r}, allowed: {', '.join(allowed)}")
-
-
-def _bounded(table: dict, key: str, kind, source: str, *, low=None, high=None, low_open=False, high_open=False):
-    """``table[key]`` of ``kind`` within ``low``..``high`` (open ends where said); the error
-    names the key and the allowed range."""
-    value = _get(table, key, kind, source)
-    too_low = low is not None and (value <= low if low_open else value < low)
-    too_high = high is not None and (value >= high if high_open else value > high)
-    if too_low or too_high or (isinstance(value, float) and not math.isfinite(value)):
-        lower = "" if low is None else f"{'>' if low_open else '>='} {low}"
-        upper = "" if high is None else f"{'<' if high_open else '<='} {high}"
-        allowed = " and ".join(filter(None, [lower, upper]))
-        raise WorkflowError(f"{source}: {key!r} is {value!r}, allowed: {allowed}")
-    return value
-
-
-TRAINING_KEYS = (
-    "epochs",
-    "learning_rate",
-    "batch_size",
-    "optimizer",
-    "momentum",
-    "betas",
-    "weight_decay",
-    "clip_grad_norm",
-    "schedule",
-    "early_stopping",
-    "divergence",
-)
+    return _validated(_Declaration, data, source).workflow()
 
 
 def parse_training(table: dict, source: str) -> Training:
-    """``[model.training]`` and its sub-tables as a :class:`Training`; every key checked,
-    unknown keys refused, each error naming the key and what is allowed."""
-    number = (int, float)
-    _known_keys(table, TRAINING_KEYS, source)
-    epochs = _bounded(table, "epochs", int, source, low=1, high=1000)
-    given: dict = {
-        "epochs": epochs,
-        "learning_rate": float(_bounded(table, "learning_rate", number, source, low=0, high=10, low_open=True)),
-        "batch_size": _bounded(table, "batch_size", int, source, low=1, high=65536),
-    }
-    optimizer = _choice(table, "optimizer", OPTIMIZERS, source) if "optimizer" in table else "sgd"
-    given["optimizer"] = optimizer
-    if "momentum" in table:
-        if optimizer != "sgd":
-            raise WorkflowError(
-                f"{source}: 'momentum' applies to optimizer 'sgd' only, not {optimizer!r} (see 'betas')"
-            )
-        given["momentum"] = float(_bounded(table, "momentum", number, source, low=0, high=1, high_open=True))
-    if "betas" in table:
-        if optimizer == "sgd":
-            raise WorkflowError(f"{source}: 'betas' applies to optimizers 'adam' and 'adamw' only (see 'momentum')")
-        betas = _get(table, "betas", list, source)
-        if len(betas) != 2 or not all(isinstance(b, number) and not isinstance(b, bool) and 0 <= b < 1 for b in betas):
-            raise WorkflowError(f"{source}: 'betas' is {betas!r}, allowed: two numbers >= 0 and < 1")
-        given["betas"] = (float(betas[0]), float(betas[1]))
-    for key in ("weight_decay", "clip_grad_norm"):
-        if key in table:
-            given[key] = float(_bounded(table, key, number, source, low=0))
-    if "schedule" in table:
-        sub = f"{source.removesuffix(']')}.schedule]"
-        schedule = _get(table, "schedule", dict, source)
-        _known_keys(schedule, ("kind", "warmup_epochs", "step_epochs", "gamma"), sub)
-        kind = _choice(schedule, "kind", SCHEDULES, sub) if "kind" in schedule else "constant"
-        given["schedule"] = kind
-        if "warmup_epochs" in schedule:
-            given["warmup_epochs"] = float(
-                _bounded(schedule, "warmup_epochs", number, sub, low=0, high=epochs, high_open=True)
-            )
-        if kind != "step" and ({"step_epochs", "gamma"} & set(schedule)):
-            raise WorkflowError(f"{sub}: 'step_epochs' and 'gamma' apply to kind 'step' only, not {kind!r}")
-        if kind == "step":
-            given["step_epochs"] = _bounded(schedule, "step_epochs", int, sub, low=1)
-            given["gamma"] = float(_bounded(schedule, "gamma", number, sub, low=0, high=1, low_open=True))
-    if "early_stopping" in table:
-        sub = f"{source.removesuffix(']')}.early_stopping]"
-        stopping = _get(table, "early_stopping", dict, source)
-        _known_keys(stopping, ("patience", "min_delta"), sub)
-        given["early_stopping_patience"] = _bounded(stopping, "patience", int, sub, low=1)
-        if "min_delta" in stopping:
-            given["early_stopping_min_delta"] = float(_bounded(stopping, "min_delta", number, sub, low=0))
-    if "divergence" in table:
-        sub = f"{source.removesuffix(']')}.divergence]"
-        divergence = _get(table, "divergence", dict, source)
-        _known_keys(divergence, ("factor", "patience"), sub)
-        if "factor" in divergence:
-            given["divergence_factor"] = float(_bounded(divergence, "factor", number, sub, low=1, low_open=True))
-        if "patience" in divergence:
-            given["divergence_patience"] = _bounded(divergence, "patience", int, sub, low=1)
-    return Training(**given)
+    """``[model.training]`` and its sub-tables as a :class:`Training` (``source`` names the
+    table); :class:`WorkflowError` names the key and what is allowed."""
+    return _validated(_TrainingTable, table, source).training()
 
 
-def _parse_features(table: dict, source: str) -> TensorFeatures:
-    number = (int, float)
-    layout = _choice(table, "layout", ("tensor", "tabular"), source)
-    dtype = _choice(table, "dtype", FEATURE_DTYPES, source)
-    if layout == "tensor":
-        shape = _get(table, "shape", list, source)
-        if not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
-            raise WorkflowError(f"{source}: shape must be a list of positive integers, got {shape!r}")
-        low, high = _get(table, "min", number, source), _get(table, "max", number, source)
-        prefix = _field_name(_get(table, "raw_field_prefix", str, source), source)
-        columns = tuple(FeatureColumn(f"{prefix}{i}", low, high) for i in range(math.prod(shape)))
+_T = TypeVar("_T", bound=BaseModel)
+
+
+def _validated(schema: type[_T], data: dict, source: str) -> _T:
+    try:
+        return schema.model_validate(data)
+    except ValidationError as err:
+        raise _refusal(err, schema, source) from None
+
+
+# -- one line per refusal ------------------------------------------------------------------
+
+# What a value of the wrong type should have been, by pydantic's error type.
+_TYPES = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "tuple_type": "a list",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+    "dataclass_type": "a table",
+}
+_UNKNOWN_KEY = ("extra_forbidden", "unexpected_keyword_argument")
+_BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+
+
+def _missing(key: str) -> str:
+    return f"missing key {key!r}"
+
+
+def _refused(key: str, value: Any, allowed: str) -> str:
+    return f"{key!r} is {value!r}, allowed: {allowed}"
+
+
+def _refusal(error: ValidationError, schema: type[BaseModel], source: str) -> WorkflowError:
+    """The first of ``error``'s errors as one line: ``source`` and the table, the key, and
+    what it allows (``workflow mnist.toml [model]: 'loss' is 'ce', allowed: nll, mse``)."""
+    first = error.errors(include_url=False)[0]
+    kind, value, context = first["type"], first["input"], first.get("ctx", {})
+    where, table, key, field = _locate(schema, first["loc"])
+    tag_key, shapes = _shapes(field)
+    if shapes and kind.startswith("union_tag"):  # the key that picks the table's shape
+        where = (*where, key)
+        message = (
+            _missing(tag_key)
+            if kind == "union_tag_not_found"
+            else _refused(tag_key, value.get(tag_key), ", ".join(shapes))
+        )
+    elif "error" in context:  # a validator's own check, in its own words
+        message = str(context["error"])
+        if field is not None and _tables(field.annotation):
+            where = (*where, key)
+    elif kind in _UNKNOWN_KEY:
+        message = f"unknown key {key!r}, allowed: {', '.join(_fields(table))}"
+    elif kind in _TYPES:
+        message = f"{repr(key) if key else 'it'} must be {_TYPES[kind]}, got {value!r}"
+    elif field is None:
+        message = first["msg"]
+    elif kind == "missing":
+        message = f"missing table [{key}]" if _tables(field.annotation) else _missing(key)
     else:
-        listed = _get(table, "columns", list, source)
-        if not listed:
-            raise WorkflowError(f"{source}: columns must list at least one column")
-        columns = tuple(
-            FeatureColumn(
-                _field_name(_get(c, "name", str, f"{source} columns[{i}]"), f"{source} columns[{i}]"),
-                _get(c, "min", number, f"{source} columns[{i}]"),
-                _get(c, "max", number, f"{source} columns[{i}]"),
-            )
-            if isinstance(c, dict)
-            else _bad_column(c, i, source)
-            for i, c in enumerate(listed)
-        )
-        shape = [len(columns)]
-    names = [c.name for c in columns]
-    if len(set(names)) != len(names):
-        raise WorkflowError(f"{source}: column names repeat")
-    limits = DTYPE_LIMITS[dtype]
-    for column in columns:
-        if not limits[0] <= column.min <= column.max <= limits[1]:
-            raise WorkflowError(
-                f"{source}: {column.name} range {column.min}..{column.max} must be ordered and fit {dtype}"
-            )
-    return TensorFeatures(layout=layout, shape=tuple(shape), dtype=dtype, columns=columns)
+        allowed = _allowed(field) or ("a finite number" if kind == "finite_number" else first["msg"])
+        message = _refused(key, value, allowed)
+    return WorkflowError(f"{_at(source, where)}: {message}")
 
 
-def _field_name(name: str, source: str) -> str:
-    if not re.fullmatch(FIELD_NAME, name):
-        raise WorkflowError(
-            f"{source}: name {name!r} is not a CSV field name: letters, digits and '_', not starting "
-            "with a digit (a header naming it could not be told from a row)"
-        )
-    return name
+def _fields(table: Any) -> dict[str, FieldInfo]:
+    return table.__pydantic_fields__
 
 
-def _bad_column(value, index: int, source: str):
-    raise WorkflowError(f"{source}: columns[{index}] must be a table {{name, min, max}}, got {value!r}")
+def _tables(annotation: Any) -> list[Any]:
+    """The tables a key holds: its model, each of a union's, a list's items'."""
+    if hasattr(annotation, "__pydantic_fields__"):
+        return [annotation]
+    return [table for arg in get_args(annotation) for table in _tables(arg)]
 
 
-def _check_consistent(label: Label, model: Model, metric: Metric, output: Output, source: str) -> None:
-    """A classifier is trained with ``nll`` on an integer label and measured by accuracy
-    (higher is better); a regressor with ``mse`` on a float label, measured by RMSE (lower)."""
-    if output.is_classifier:
-        expected = {
-            "label dtype": ("int32", label.dtype),
-            "loss": ("nll", model.loss),
-            "metric": ("accuracy", metric.name),
-        }
-        if output.classes < 2 or label.min != 0 or label.max != output.classes - 1:
-            raise WorkflowError(f"{source}: a classifier needs classes >= 2 and labels 0..classes-1")
-    else:
-        expected = {
-            "label dtype": ("float32", label.dtype),
-            "loss": ("mse", model.loss),
-            "metric": ("rmse", metric.name),
-        }
-    for what, (want, got) in expected.items():
-        if want != got:
-            raise WorkflowError(f"{source}: a {output.kind} workflow needs {what} {want!r}, got {got!r}")
-    wanted_direction = "max" if metric.name == "accuracy" else "min"
-    if metric.direction != wanted_direction:
-        raise WorkflowError(
-            f"{source}: metric {metric.name} has direction {wanted_direction!r}, got {metric.direction!r}"
-        )
+def _shapes(field: FieldInfo | None) -> tuple[str, dict[str, Any]]:
+    """For a key holding one of several tables told apart by a key of theirs (``[features]``
+    by ``layout``): that key, and each table by its value; else ``("", {})``."""
+    if field is None or not isinstance(field.discriminator, str):
+        return "", {}
+    tag_key = field.discriminator
+    return tag_key, {tag: t for t in _tables(field.annotation) for tag in get_args(_fields(t)[tag_key].annotation)}
+
+
+def _allowed(field: FieldInfo) -> str:
+    """What a key allows, from its declaration: a description, its choices or its bounds."""
+    if field.description:
+        return field.description
+    if get_origin(field.annotation) is Literal:
+        return ", ".join(get_args(field.annotation))
+    bounds = [f"{sign} {getattr(m, name)}" for m in field.metadata for name, sign in _BOUNDS if hasattr(m, name)]
+    return " and ".join(bounds)
+
+
+def _locate(
+    table: Any, loc: tuple[int | str, ...], where: tuple[str, ...] = ()
+) -> tuple[tuple[str, ...], Any, str, FieldInfo | None]:
+    """Where an error's ``loc`` points: the tables on the way (an item of a list of tables as
+    ``columns[3]``), the table it ends in, the key there ("": the table itself) and that
+    key's field (None: an unknown key, or the table itself)."""
+    if not loc:
+        return where, table, "", None
+    key, rest = str(loc[0]), loc[1:]
+    field = _fields(table).get(key)
+    inner = _tables(field.annotation) if field is not None else []
+    if not rest or not inner:
+        return where, table, key, field
+    step = rest[0]
+    if isinstance(step, int):  # an item of a list of tables
+        if len(rest) == 1:
+            return where, table, f"{key}[{step}]", field
+        return _locate(inner[0], rest[1:], (*where, f"{key}[{step}]"))
+    shapes = _shapes(field)[1]
+    if step in shapes:  # the shape the table took, by its tag
+        return _locate(shapes[step], rest[1:], (*where, key))
+    return _locate(inner[0], rest, (*where, key))
+
+
+def _at(source: str, where: tuple[str, ...]) -> str:
+    """``source`` with the table ``where`` names: ``workflow x.toml [model.training]``,
+    ``workflow x.toml [features] columns[3]``; a ``source`` naming a table already
+    (``... [model.training]``) gets the sub-table's full name."""
+    tables = ".".join(part for part in where if not part.endswith("]"))
+    items = [part for part in where if part.endswith("]")]
+    if tables:
+        source = f"{source[:-1]}.{tables}]" if source.endswith("]") else f"{source} [{tables}]"
+    return " ".join([source, *items])

@@ -56,7 +56,7 @@ def test_an_unknown_workflow_names_the_declared_ones():
         (lambda d: d["metric"].update(direction="min"), "metric accuracy has direction 'max'"),
         (lambda d: d["model"].update(loss="mse"), "needs loss 'nll'"),
         (lambda d: d["features"].update(max=300), "range 0..300 must be ordered and fit uint8"),
-        (lambda d: d["features"].update(shape=[28, 0]), "shape must be a list of positive integers"),
+        (lambda d: d["features"].update(shape=[28, 0]), r"'shape' is \[28, 0\], allowed: a list of positive integers"),
         (lambda d: d["output"].update(classes=3), "labels 0..classes-1"),
         (lambda d: d["model"]["training"].update(epochs="ten"), "'epochs' must be"),
         (lambda d: d["dataset"].update(raw_format="xml"), "'raw_format' is 'xml', allowed: csv"),
@@ -69,6 +69,26 @@ def test_a_wrong_declaration_is_refused_naming_the_key(edit, message):
     edit(data)
     with pytest.raises(WorkflowError, match=message):
         parse_workflow(data, "workflow mnist.toml")
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "message"),
+    [
+        ("mnist", lambda d: d["metric"].update(colour="red"), r"mnist.toml \[metric\]: unknown key 'colour'"),
+        ("mnist", lambda d: d["dataset"]["label"].update(unit="cm"), r"\[dataset.label\]: unknown key 'unit'"),
+        ("mnist", lambda d: d.update(owner="ml"), r"mnist.toml: unknown key 'owner', allowed: name, dataset, features"),
+        ("mnist", lambda d: d["features"].update(columns=[]), r"\[features\]: unknown key 'columns'"),
+        ("diabetes", lambda d: d["features"]["columns"][0].update(unit="y"), r"\[features\] columns\[0\]: unknown key"),
+        ("diabetes", lambda d: d["output"].update(classes=2), r"\[output\]: 'classes' applies to kind 'class_prob"),
+    ],
+)
+def test_an_unknown_key_in_any_table_is_refused_naming_it_and_the_table(name, edit, message):
+    """Every table's keys are checked, not only [model.training]'s: a misspelt or stray key is
+    an error, not a setting silently ignored."""
+    data = copy.deepcopy(declaration(name))
+    edit(data)
+    with pytest.raises(WorkflowError, match=message):
+        parse_workflow(data, f"workflow {name}.toml")
 
 
 def test_a_tabular_declaration_refuses_repeated_columns():
