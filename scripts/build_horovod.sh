@@ -17,6 +17,11 @@ torch_version=$("$PY" -c 'import torch; print(torch.__version__.replace("+", "_"
 cache_root="${MLSPARK_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-spark-ml/wheels}"
 cache_dir="$cache_root/horovod-${HOROVOD_VERSION}-${py_tag}-torch${torch_version}"
 
+# One build at a time per cache (two set-ups at once, say a checkout's and a fresh clone's):
+# the second waits for the first's wheel instead of reading it half-copied.
+mkdir -p "$cache_dir"
+exec 9>"$cache_dir/.build.lock"
+flock 9
 wheel=$(ls "$cache_dir"/horovod-${HOROVOD_VERSION}-*.whl 2>/dev/null | head -n1 || true)
 if [[ -z "$wheel" ]]; then
     echo "[build_horovod] no cached wheel in $cache_dir: building Horovod ${HOROVOD_VERSION} (about 4-5 min on 2 cores)"
@@ -29,19 +34,21 @@ if [[ -z "$wheel" ]]; then
     sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
         "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
     grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt"
-    mkdir -p "$cache_dir"
     # The venv's bin (cmake<4 from requirements.txt) must come first on PATH.
     PATH="$(dirname "$PY"):$PATH" \
     HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
     HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
     MAKEFLAGS="-j$(nproc)" \
         "$PY" -m pip wheel --no-build-isolation --no-deps -w "$work/dist" "$src"
-    cp "$work"/dist/horovod-*.whl "$cache_dir/"
+    built=$(ls "$work"/dist/horovod-*.whl | head -n1)
+    cp "$built" "$cache_dir/.partial"  # then renamed: a reader never sees a half-written wheel
+    mv "$cache_dir/.partial" "$cache_dir/$(basename "$built")"
     wheel=$(ls "$cache_dir"/horovod-${HOROVOD_VERSION}-*.whl | head -n1)
     echo "[build_horovod] built $wheel in $(( $(date +%s) - start )) s"
 else
     echo "[build_horovod] reusing cached wheel $wheel"
 fi
+flock -u 9
 
 "$PY" -m pip install --quiet --no-deps --force-reinstall "$wheel"
 check=$("$(dirname "$PY")/horovodrun" --check-build)
