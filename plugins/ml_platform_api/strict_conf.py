@@ -22,7 +22,8 @@ A trigger's ``logical_date`` is checked at the same door, for every DAG:
   holds it (its id, type and state), where Airflow answers "Unique constraint violation".
 
 A backfill of future dates is refused by Airflow itself ("Backfill cannot be executed for
-future dates").
+future dates"); a run the CLI writes without the API meets the future-date rule where it is
+written (:mod:`ml_platform_api.run_guard`).
 """
 
 from __future__ import annotations

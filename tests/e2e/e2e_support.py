@@ -38,7 +38,7 @@ def run_nightly(stack) -> str:
     return completed.stdout + completed.stderr
 
 
-def wait_for(predicate, timeout: float, interval: float = 5, what: str = "condition"):
+def wait_for(predicate, timeout: float, interval: float = 1, what: str = "condition"):
     """Poll ``predicate`` until it returns a truthy value; that value is returned."""
     return wait_until(predicate, timeout, interval, what)
 
@@ -79,7 +79,7 @@ def completed_backfill(
     """Waits for the backfill to complete; asserts one run per day, all successful; returns
     {run_id: state}. The runs are picked by logical date: Airflow's run listing does not
     name the backfill a run belongs to, and a reprocessed run keeps its run id."""
-    wait_for(lambda: stack.api("GET", f"/backfills/{backfill_id}")[1].get("completed_at"), timeout, 5, "backfill done")
+    wait_for(lambda: stack.api("GET", f"/backfills/{backfill_id}")[1].get("completed_at"), timeout, 1, "backfill done")
     _, runs = stack.api("GET", f"/dags/{dag_id}/dagRuns?limit=100&run_type=backfill")
     mine = [r for r in runs["dag_runs"] if first_ds <= r["logical_date"][:10] <= last_ds]
     days = {r["logical_date"][:10] for r in mine}
@@ -98,7 +98,7 @@ def finished_run(stack, dag_id: str, run_id: str, timeout: float = 900) -> dict:
     return wait_for(
         lambda: (r := stack.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")[1]).get("state") in TERMINAL and r,
         timeout,
-        5,
+        1,
         f"{dag_id} run {run_id}",
     )
 

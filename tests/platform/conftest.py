@@ -73,7 +73,7 @@ def promoted_run(shared_platform):
     rescore = wait_until(
         lambda: cli.api("GET", f"/dags/{ON_NEW_CHAMPION}/dagRuns?run_type=asset_triggered")["dag_runs"],
         300,
-        5,
+        1,
         f"{ON_NEW_CHAMPION} started by the champion Asset",
     )[0]
     rescore = finished(cli, ON_NEW_CHAMPION, rescore["dag_run_id"])

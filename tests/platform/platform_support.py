@@ -79,7 +79,7 @@ def finished(cli, dag_id: str, run_id: str) -> dict:
     return wait_until(
         lambda: (r := cli.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}"))["state"] in ("success", "failed") and r,
         RUN_TIMEOUT_S,
-        5,
+        1,
         f"{dag_id} run {run_id} finished",
     )
 

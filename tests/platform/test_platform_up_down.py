@@ -122,7 +122,7 @@ def run_readme_backfill(cli, folder) -> dict:
     ran = subprocess.run(["bash", "-euc", script], cwd=folder, env=cli.env, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, output(ran)
     backfill = max(cli.api("GET", f"/backfills?dag_id={SCORING}")["backfills"], key=lambda b: b["id"])
-    wait_until(lambda: cli.api("GET", f"/backfills/{backfill['id']}").get("completed_at"), 900, 5, "backfill done")
+    wait_until(lambda: cli.api("GET", f"/backfills/{backfill['id']}").get("completed_at"), 900, 1, "backfill done")
     return backfill
 
 

@@ -178,3 +178,49 @@ def test_any_logical_date_value_is_read_or_left_to_the_endpoint(value):
     """Untrusted body values: a date is read, anything else is None (never an error here)."""
     when = strict_conf.requested_logical_date({"logical_date": value})
     assert when is None or when.tzinfo is not None
+
+
+# -- the same rule where runs are written without the API (airflow dags trigger / test) ----
+
+
+@pytest.fixture()
+def guarded_session():
+    """A session on an empty in-memory database, with the guard the platform's processes install
+    (``plugins/airflow_local_settings.py``): the guard runs before any SQL is sent."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from ml_platform_api import run_guard
+
+    run_guard.install()
+    run_guard.install()  # idempotent: the listener is registered once
+    with Session(create_engine("sqlite://")) as session:
+        yield session
+
+
+def dag_run(logical_date: dt.datetime, run_type: str):
+    from airflow.models.dagrun import DagRun
+
+    return DagRun(dag_id="train", run_id=f"{run_type}__x", logical_date=logical_date, run_type=run_type)
+
+
+def test_a_manual_run_dated_ahead_is_refused_when_written_naming_logical_date(guarded_session):
+    from ml_platform_api.run_guard import FutureLogicalDate
+
+    guarded_session.add(dag_run(dt.datetime(2099, 1, 1, tzinfo=dt.UTC), "manual"))
+    with pytest.raises(FutureLogicalDate, match=r"dag train: logical_date 2099-01-01T00:00:00\+00:00 is in the future"):
+        guarded_session.flush()
+
+
+@pytest.mark.parametrize(
+    ("ahead", "run_type"),
+    [(dt.timedelta(minutes=-1), "manual"), (dt.timedelta(minutes=4), "manual"), (dt.timedelta(days=1), "scheduled")],
+)
+def test_runs_the_rule_allows_reach_the_database(guarded_session, ahead, run_type):
+    """Past, within the clock skew, or not manual: the flush goes on to SQL (here an empty
+    database, so it stops there: at the missing table, not at the guard)."""
+    from sqlalchemy.exc import OperationalError
+
+    guarded_session.add(dag_run(dt.datetime.now(dt.UTC) + ahead, run_type))
+    with pytest.raises(OperationalError, match="no such table: dag_run"):
+        guarded_session.flush()
