@@ -55,12 +55,12 @@ def tier(item: pytest.Item) -> str:
     return "unit"
 
 
-# How `make test` spreads the suite over two processes (pytest-xdist, ``-n 2 --dist
-# loadgroup``, scheduled by the hook below): one group per folder whose tests share a
+# How `make test` spreads the suite over three processes on 2 cores (pytest-xdist, ``-n 3
+# --dist loadgroup``, scheduled by the hook below): one group per folder whose tests share a
 # session-wide stack (its MLflow server, Airflow services, trained champion), which must
 # not be built twice; one group per module elsewhere. The end-to-end tests wait on
-# schedulers, servers and JVM start-ups for much of their time, which the other process
-# fills. Groups are handed out in this order, longest first (measured), so that both
+# schedulers, servers and JVM start-ups for much of their time, which the other processes
+# fill. Groups are handed out in this order, longest first (measured), so that the
 # processes finish at about the same time; the rest follow in collection order.
 # tests/e2e is three groups, each with a stack of its own: the modules driven by Airflow's
 # scheduler (they share its services), the lost-task and restart modules (services of
