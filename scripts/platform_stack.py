@@ -11,10 +11,18 @@
   LocalExecutor, metadata in the database ``airflow``, with the project's DAGs, plugins,
   pools and connections;
 
-waits until each one is healthy, prints the URLs and returns. A second ``make up`` reuses
-what runs. ``make down`` stops every process the platform started and every process those
-started (task processes, spark-submit, Spark's JVM and Python workers), found by the
-marker in their environment, then the embedded PostgreSQL.
+waits until each one is healthy, prints the URLs and the login and returns. A second
+``make up`` reuses what runs.
+
+Airflow asks for a login (its simple auth manager, one user ``admin`` whose password is
+generated on the first ``up`` and kept): the UI shows its sign-in page, the REST API answers
+401 without a token (``POST /auth/token`` with the user and password gives one). ``make up``
+prints the password; ``var/platform.env`` holds it (``ML_PLATFORM_USER``,
+``ML_PLATFORM_PASSWORD``), readable by its owner only.
+
+``make down`` stops every process the platform started and every process those started
+(task processes, spark-submit, Spark's JVM and Python workers), found by the marker in
+their environment, then the embedded PostgreSQL.
 
 State, kept across restarts, under ``var/`` (``--state-dir`` for another folder):
 
@@ -24,6 +32,8 @@ State, kept across restarts, under ``var/`` (``--state-dir`` for another folder)
     var/data              the storage root: raw drops, curated, quarantine, predictions
     var/platform.json     what runs: components, process ids, URLs
     var/platform.env      the environment of your own commands: ``. var/platform.env``
+                          (and the login: ML_PLATFORM_USER, ML_PLATFORM_PASSWORD)
+    var/airflow/passwords.json   the login's password, as Airflow's auth manager reads it
 
     scripts/platform_stack.py up|down|status [--state-dir DIR]
 """
@@ -33,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shlex
 import sys
 import time
@@ -61,6 +72,10 @@ AIRFLOW_PORT_VAR, MLFLOW_PORT_VAR = "ML_PLATFORM_AIRFLOW_PORT", "ML_PLATFORM_MLF
 # (its value: the state folder), which is how `down` finds them, re-parented or not.
 MARKER_VAR = "ML_PLATFORM_INSTANCE"
 DATABASES = ("airflow", "mlflow")
+# The platform's one Airflow user (role admin), and the variables of var/platform.env that hold
+# the login.
+USER = "admin"
+USER_VAR, PASSWORD_VAR = "ML_PLATFORM_USER", "ML_PLATFORM_PASSWORD"
 TRIGGERER = ["triggerer"]
 
 
@@ -75,6 +90,20 @@ class Platform:
     @property
     def env_file(self) -> Path:
         return self.state_dir / "platform.env"
+
+    @property
+    def passwords_file(self) -> Path:
+        """Airflow's simple auth manager reads the users' passwords from this file."""
+        return self.state_dir / "airflow" / "passwords.json"
+
+    def password(self) -> str:
+        """The login's password: generated on the first ``up`` (owner-only file), then kept."""
+        if not self.passwords_file.exists():
+            self.passwords_file.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(self.passwords_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                json.dump({USER: secrets.token_urlsafe(18)}, file)
+        return json.loads(self.passwords_file.read_text())[USER]
 
     @property
     def pgdata(self) -> Path:
@@ -108,6 +137,10 @@ class Platform:
             mlflow_store_uri=database_uri(server, "mlflow"),
             extra_env={
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_uri(server, "airflow"),
+                # A login, where the tests' stacks let every request in as admin.
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
                 MARKER_VAR: self.marker,
             },
         )
@@ -153,6 +186,7 @@ class Platform:
         server, kind = self.database_server()
         print(f"[platform] PostgreSQL ({kind}) ready")
         create_databases(server, *DATABASES)
+        self.password()  # before the API server starts: it would otherwise print one of its own
         stack = self.stack(server)
         for what, port in (("Airflow API server", stack.api_port), ("MLflow server", stack.mlflow_port)):
             _require_free(port, what)
@@ -193,7 +227,10 @@ class Platform:
         for the user's own ``airflow`` commands (``. var/platform.env``)."""
         # Not the marker: `down` would take the user's shell for one of the platform's processes.
         env = {k: v for k, v in stack.env().items() if os.environ.get(k) != v and k != MARKER_VAR}
+        env.update({USER_VAR: USER, PASSWORD_VAR: self.password()})
         lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+        self.env_file.touch(mode=0o600)
+        self.env_file.chmod(0o600)  # the login and the API's signing secret
         self.env_file.write_text(
             "# Written by `make up`: `. var/platform.env` to run airflow against the platform.\n"
             + "\n".join(lines)
@@ -266,12 +303,12 @@ def main() -> int:
         started = time.monotonic()
         record = platform.up()
         print(f"[platform] up in {time.monotonic() - started:.0f} s")
-        print(f"[platform] Airflow UI:  {record['airflow_url']}")
+        print(f"[platform] Airflow UI:  {record['airflow_url']}  (user {USER}, password {platform.password()})")
         # MLflow's UI opens on its GenAI view in a new browser, whatever the experiment's kind.
         print(f"[platform] MLflow UI:   {record['mlflow_url']}/#/experiments?workflowType=machine_learning")
         env_file = platform.env_file
         env_file = os.path.relpath(env_file) if env_file.is_relative_to(Path.cwd()) else env_file
-        print(f"[platform] your own airflow commands: . {env_file}")
+        print(f"[platform] your own airflow commands, and the login (${USER_VAR}, ${PASSWORD_VAR}): . {env_file}")
         print(f"[platform] stop: make down (logs: {record['logs']['airflow']})")
         return 0
     if args.command == "down":

@@ -21,6 +21,10 @@ A trigger's ``logical_date`` is checked at the same door, for every DAG:
 - already the logical date of a run of that DAG, it is refused with 409 naming the run that
   holds it (its id, type and state), where Airflow answers "Unique constraint violation".
 
+Only a caller Airflow would let in is answered (a valid token, or a deployment that lets
+everyone in as admin): this middleware runs before Airflow's authentication, and its answers
+name params and runs, so any other request is passed on for Airflow to refuse (401/403).
+
 A backfill of future dates is refused by Airflow itself ("Backfill cannot be executed for
 future dates"); a run the CLI writes without the API meets the future-date rule where it is
 written (:mod:`ml_platform_api.run_guard`).
@@ -130,6 +134,40 @@ def duplicate_date_refusal(dag_id: str, logical_date: dt.datetime, holder: dict)
     )
 
 
+def request_token(scope: dict) -> str | None:
+    """The caller's JWT as Airflow reads it: ``Authorization: Bearer``, else the ``_token`` cookie."""
+    from http.cookies import SimpleCookie
+
+    headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
+    scheme, _, credentials = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    cookie = SimpleCookie()
+    try:
+        cookie.load(headers.get("cookie", ""))
+    except Exception:  # a malformed Cookie header: no token
+        return None
+    return cookie["_token"].value if "_token" in cookie else None
+
+
+async def authenticated(scope: dict) -> bool:
+    """Whether Airflow's authentication would let this request in."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.configuration import conf
+
+    manager = get_auth_manager()
+    if isinstance(manager, SimpleAuthManager) and conf.getboolean("core", "simple_auth_manager_all_admins"):
+        return True
+    if (token := request_token(scope)) is None:
+        return False
+    try:
+        await manager.get_user_from_token(token)
+    except Exception:  # expired, invalid or revoked: Airflow answers it
+        return False
+    return True
+
+
 def declared_params(dag_id: str) -> set[str]:
     from airflow.models.serialized_dag import SerializedDagModel
 
@@ -145,7 +183,7 @@ class StrictConfMiddleware:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         target = conf_target(scope)
-        if target is None:
+        if target is None or not await authenticated(scope):
             await self.app(scope, receive, send)
             return
         dag_id, conf_key = target

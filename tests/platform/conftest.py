@@ -99,8 +99,9 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
-    page = new_page(browser)
+def page(browser, shared_platform):
+    """A first visit, signed in to the platform's Airflow."""
+    page = new_page(browser, signed_in=shared_platform[0])
     yield page
     page.context.close()
 

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import psutil
-from platform_stack import AIRFLOW_PORT_VAR, DATABASE_URI_VAR, MARKER_VAR, MLFLOW_PORT_VAR, Platform
+from platform_stack import (
+    AIRFLOW_PORT_VAR,
+    DATABASE_URI_VAR,
+    MARKER_VAR,
+    MLFLOW_PORT_VAR,
+    PASSWORD_VAR,
+    USER_VAR,
+    Platform,
+)
 
 from local_stack import REPO, free_port, wait_until
 
@@ -26,6 +35,7 @@ class PlatformCli:
         self.state = state
         self.env = {k: v for k, v in os.environ.items() if k not in (DATABASE_URI_VAR, MARKER_VAR)}
         self.env.update({AIRFLOW_PORT_VAR: str(free_port()), MLFLOW_PORT_VAR: str(free_port())})
+        self._token: str | None = None
 
     def __call__(self, command: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -49,12 +59,35 @@ class PlatformCli:
         pid_file = self.state / "postgres" / "postmaster.pid"
         return int(pid_file.read_text().split()[0]) if pid_file.exists() else None
 
+    def login(self) -> tuple[str, str]:
+        """The user and password ``make up`` wrote to the state folder's ``platform.env``."""
+        exported = dict(
+            shlex.split(line.removeprefix("export "))[0].split("=", 1)
+            for line in (self.state / "platform.env").read_text().splitlines()
+            if line.startswith("export ")
+        )
+        return exported[USER_VAR], exported[PASSWORD_VAR]
+
+    def token(self) -> str:
+        """An access token of the login (``POST /auth/token``), as a REST client gets one."""
+        if self._token is None:
+            user, password = self.login()
+            request = urllib.request.Request(
+                f"{self.record['airflow_url']}/auth/token",
+                data=json.dumps({"username": user, "password": password}).encode(),
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                self._token = json.load(resp)["access_token"]
+        return self._token
+
     def api(self, method: str, path: str, body: dict | None = None) -> dict:
         request = urllib.request.Request(
             f"{self.record['airflow_url']}/api/v2{path}",
             data=json.dumps(body).encode() if body is not None else None,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token()}"},
         )
         with urllib.request.urlopen(request, timeout=30) as resp:
             return json.load(resp)
@@ -99,10 +132,14 @@ UI_TIMEOUT_MS = 60_000
 ASSISTANT_SHOWN = "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true')"
 
 
-def new_page(browser):
-    """A page in a fresh context: no cookies, no local storage but the assistant's (a first visit)."""
+def new_page(browser, signed_in: PlatformCli | None = None):
+    """A page in a fresh context: no cookies, no local storage but the assistant's (a first
+    visit); ``signed_in``: with that platform's login already made (the token cookie Airflow's
+    sign-in page sets; ``test_the_platform_asks_for_a_login`` signs in through the page)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.add_init_script(ASSISTANT_SHOWN)
+    if signed_in is not None:
+        context.add_cookies([{"name": "_token", "value": signed_in.token(), "url": signed_in.record["airflow_url"]}])
     page = context.new_page()
     page.set_default_timeout(UI_TIMEOUT_MS)
     return page

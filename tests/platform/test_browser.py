@@ -2,7 +2,8 @@
 against the Airflow and MLflow that ``make up`` starts (``scripts/platform_stack.py`` on a
 state folder and free ports of the tests' own: the platform of ``conftest.py``).
 
-What a person sees: the DAG list and each DAG's description; the trigger form of
+What a person sees: the sign-in page (Airflow asks for the login ``make up`` prints); the
+DAG list and each DAG's description; the trigger form of
 ``mnist_train_on_demand`` with every Param's title, description, default and allowed
 values, refusing an out-of-range value; a run triggered from that form; and in MLflow, the
 experiment opening on its training runs and the run page with the loss and validation
@@ -17,8 +18,11 @@ own kind (tag ``mlflow.experimentKind``, set by the train job) is model training
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import urllib.error
+import urllib.request
 
 import pytest
 from platform_support import (
@@ -50,6 +54,46 @@ def platform(shared_platform):
     assert up.returncode == 0, output(up)
     wait_until(lambda: cli.api("GET", "/dags?limit=100")["total_entries"] >= 10, 180, 3, "the DAGs parsed")
     return cli
+
+
+def refused_status(url: str, body: dict | None = None) -> int | None:
+    """The HTTP status of an error answer to a request without any token (None if it succeeded)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(request, timeout=30).close()
+    except urllib.error.HTTPError as err:
+        return err.code
+    return None
+
+
+def test_the_platform_asks_for_a_login(shared_platform, platform, browser, screenshot):
+    """``make up`` prints the login and writes it, owner-only, to ``var/platform.env``. Without
+    it the REST API answers 401 (also a trigger with an undeclared key: the refusal that would
+    name the DAG's params is not given to an anonymous caller), a wrong password gets no token,
+    and the UI shows its sign-in page, where that password opens the DAG list."""
+    _, up = shared_platform
+    user, password = platform.login()
+    assert f"(user {user}, password {password})" in up.stdout, output(up)
+    assert (platform.state / "platform.env").stat().st_mode & 0o777 == 0o600
+    api = f"{platform.record['airflow_url']}/api/v2"
+    assert refused_status(f"{api}/dags") == 401
+    assert refused_status(f"{api}/dags/{ON_DEMAND}/dagRuns", {"logical_date": None, "conf": {"jars": "x"}}) == 401
+    wrong = {"username": user, "password": password + "x"}
+    assert refused_status(f"{platform.record['airflow_url']}/auth/token", wrong) == 401
+
+    page = new_page(browser)  # not signed in
+    try:
+        page.goto(f"{platform.record['airflow_url']}/dags")
+        page.get_by_label("Username").fill(user)
+        page.get_by_label("Password").fill(password)
+        screenshot(page, "sign-in")
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_label("Show table view").click()
+        expect(page.get_by_role("link", name=ON_DEMAND, exact=True)).to_be_visible()
+        screenshot(page, "signed-in")
+    finally:
+        page.context.close()
 
 
 def open_trigger_form(page, airflow_url: str):
@@ -138,7 +182,7 @@ def form_triggered_run(platform, browser):
     """A run of ``mnist_train_on_demand`` triggered from the UI form (small, no promotion),
     and its end state."""
     url = platform.record["airflow_url"]
-    page = new_page(browser)
+    page = new_page(browser, signed_in=platform)
     folder = SCREENSHOTS / "form_triggered_run"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

@@ -69,6 +69,8 @@ def test_a_taken_logical_date_is_refused_naming_the_run_that_holds_it(shared_pla
         assert f"of dag {dag_id} is held by run {first['dag_run_id']!r} (manual, queued)" in answer["detail"], answer
     finally:
         request = urllib.request.Request(
-            f"{cli.record['airflow_url']}/api/v2/dags/{dag_id}/dagRuns/{first['dag_run_id']}", method="DELETE"
+            f"{cli.record['airflow_url']}/api/v2/dags/{dag_id}/dagRuns/{first['dag_run_id']}",
+            method="DELETE",
+            headers={"Authorization": f"Bearer {cli.token()}"},
         )
         urllib.request.urlopen(request, timeout=30).close()

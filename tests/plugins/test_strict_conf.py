@@ -23,6 +23,47 @@ def test_unknown_keys_are_those_not_declared():
     assert unknown_conf_keys(None, {"epochs"}) == []
 
 
+@pytest.fixture(autouse=True)
+def signed_in(monkeypatch):
+    """Every request of these tests comes from a caller Airflow lets in (its auth manager is
+    not running here); ``signed_in(False)`` makes them anonymous."""
+
+    def set_caller(valid: bool) -> None:
+        async def authenticated(scope: dict) -> bool:
+            return valid
+
+        monkeypatch.setattr(strict_conf, "authenticated", authenticated)
+
+    set_caller(True)
+    return set_caller
+
+
+def test_an_anonymous_request_is_passed_on_unread_for_airflow_to_refuse(client, signed_in):
+    """Airflow authenticates after this middleware: an answer here would tell anyone the
+    DAG's params (or a run's id), so an anonymous request goes on to Airflow's own 401."""
+    signed_in(False)
+    response = client.post("/api/v2/dags/train/dagRuns", json={"conf": {"epochs": 2, "jars": "evil.jar"}})
+    assert response.status_code == 200 and response.json() == {"received": {"epochs": 2, "jars": "evil.jar"}}
+
+
+@pytest.mark.parametrize(
+    ("headers", "token"),
+    [
+        ({"Authorization": "Bearer abc.def"}, "abc.def"),
+        ({"authorization": "bearer  abc.def "}, "abc.def"),
+        ({"Cookie": "theme=dark; _token=abc.def"}, "abc.def"),
+        ({"Authorization": "Bearer abc", "Cookie": "_token=xyz"}, "abc"),  # the explicit one wins
+        ({"Authorization": "Basic dXNlcjpwdw=="}, None),
+        ({"Cookie": "theme=dark"}, None),
+        ({"Cookie": '_token="unterminated'}, None),
+        ({}, None),
+    ],
+)
+def test_the_callers_token_is_read_as_airflow_reads_it(headers, token):
+    scope = {"headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    assert strict_conf.request_token(scope) == token
+
+
 @pytest.fixture()
 def client(monkeypatch):
     monkeypatch.setattr(
