@@ -51,8 +51,26 @@ def backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str, timeo
     return completed_backfill(stack, dag_id, backfill_id, first_ds, last_ds, timeout)
 
 
+def backfills_done(stack, dag_id: str, timeout: float = 300) -> None:
+    """Wait until no backfill of ``dag_id`` is running. Airflow runs one per DAG at a time, and
+    marks one completed a scheduler loop or more after its last run ended."""
+
+    def running() -> list[dict]:
+        listing = stack.api("GET", f"/backfills?dag_id={dag_id}&limit=100")[1]["backfills"]
+        return [backfill for backfill in listing if not backfill["completed_at"]]
+
+    wait_for(
+        lambda: not running(),
+        timeout,
+        1,
+        f"the running backfill of {dag_id} completed",
+    )
+
+
 def create_backfill(stack, dag_id: str, first_ds: str, last_ds: str, *extra: str) -> int:
-    """``airflow backfill create`` for dag_id's runs of first_ds..last_ds; returns its id."""
+    """``airflow backfill create`` for dag_id's runs of first_ds..last_ds (once an earlier
+    backfill of the DAG, an earlier test's, has completed); returns its id."""
+    backfills_done(stack, dag_id)
     created = stack.airflow(
         "backfill",
         "create",
