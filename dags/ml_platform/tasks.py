@@ -32,12 +32,8 @@ START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 # What the registry gate of every scoring DAG requires of a version: the register step's
 # validation passed (docs/security.md: the barrier between registering and running on executors).
 REQUIRED_TAGS = {"validation_status": "passed"}
-# The landing sensor frees its worker slot between pokes (reschedule mode); a drop that has
-# not arrived after LANDING_TIMEOUT fails the run instead of holding it open.
-LANDING_POKE_INTERVAL = timedelta(minutes=5)
-LANDING_TIMEOUT = timedelta(hours=6)
-# Without a landing zone, wait_for_raw_drop looks for the day's drop in the storage root this
-# often (reschedule mode: no worker slot between looks) until ML_RAW_DROP_DEADLINE_HOURS.
+# wait_for_raw_drop looks for the day's drop (in the landing zone, else in the storage root)
+# this often (reschedule mode: no worker slot between looks) until ML_RAW_DROP_DEADLINE_HOURS.
 RAW_DROP_POKE_INTERVAL = timedelta(minutes=5)
 # A writer waiting for another run's writer of the same partition frees its worker slot
 # between tries; one still blocked after PARTITION_LOCK_TIMEOUT fails, naming the holder.
@@ -169,25 +165,11 @@ def storage_path(cfg: PlatformConfig, path: str) -> ObjectStoragePath:
 
 
 def receive_raw_drop(cfg: PlatformConfig, ds: str) -> list[BaseOperator | XComArg]:
-    """Wait for the day's drop: in the landing container with a landing zone
-    (``ML_LANDING_CONTAINER``; :func:`ingest` then stages it), else in the storage root's raw
-    partition (:func:`wait_for_raw_drop`). The wait holds no partition lock: a drop can be
-    hours late.
+    """Wait for the day's drop (:func:`wait_for_raw_drop`): in the landing container with a
+    landing zone (``ML_LANDING_CONTAINER``; :func:`ingest` then stages it), else in the storage
+    root's raw partition. The wait holds no partition lock: a drop can be hours late.
     """
-    if not cfg.landing_container:
-        return [wait_for_raw_drop(cfg, ds)]
-    from airflow.providers.microsoft.azure.sensors.wasb import WasbPrefixSensor
-
-    wait = WasbPrefixSensor(
-        task_id="wait_for_raw_drop",
-        wasb_conn_id=cfg.landing_conn_id,
-        container_name=cfg.landing_container,
-        prefix=cfg.landing_prefix(ds),
-        mode="reschedule",
-        poke_interval=LANDING_POKE_INTERVAL.total_seconds(),
-        timeout=LANDING_TIMEOUT.total_seconds(),
-    )
-    return [wait]
+    return [wait_for_raw_drop(cfg, ds)]
 
 
 def raw_drop_deadline(ds: str, hours: float) -> pendulum.DateTime:
@@ -220,13 +202,26 @@ def raw_drop_alert(cfg: PlatformConfig):
     return alert
 
 
+def raw_drop_landed(cfg: PlatformConfig, where: str) -> bool:
+    """Whether the day's drop is at ``where``: a blob below that prefix of the landing container
+    (with a landing zone), else a file ingest reads in that raw partition of the storage root."""
+    if cfg.landing_container:
+        from airflow.providers.microsoft.azure.hooks.wasb import WasbHook
+
+        return WasbHook(wasb_conn_id=cfg.landing_conn_id).check_for_prefix(cfg.landing_container, where)
+    return has_drop_files(storage_path(cfg, where))
+
+
 def wait_for_raw_drop(cfg: PlatformConfig, ds: str) -> XComArg:
-    """Wait for day ``ds``'s raw drop in the storage root: done when its partition holds a
-    file; skipped, with the reason and :func:`raw_drop_alert`, once the deadline
-    (``ML_RAW_DROP_DEADLINE_HOURS`` after the day ends) has passed without one, so the run's
-    other tasks are skipped too and nothing fails or retries. The clock decides only how long
-    to wait, never which day is processed. Reschedule mode: no worker slot between looks."""
+    """Wait for day ``ds``'s raw drop, in the landing container with a landing zone, else in
+    the storage root (:func:`raw_drop_landed`): done when it is there; skipped, with the reason
+    and :func:`raw_drop_alert`, once the deadline (``ML_RAW_DROP_DEADLINE_HOURS`` after the day
+    ends) has passed without it, so the run's other tasks are skipped too and nothing fails or
+    retries. The clock decides only how long to wait, never which day is processed. Reschedule
+    mode: no worker slot between looks."""
     hours = cfg.raw_drop_deadline_hours
+    where = cfg.landing_prefix(ds) if cfg.landing_container else cfg.raw_path(ds)
+    shown = f"wasb://{cfg.landing_container}/" if cfg.landing_container else ""
 
     @task.sensor(
         task_id="wait_for_raw_drop",
@@ -237,20 +232,20 @@ def wait_for_raw_drop(cfg: PlatformConfig, ds: str) -> XComArg:
         soft_fail=True,  # (a skip is no failure: it is never retried; a failing look still is)
         on_skipped_callback=raw_drop_alert(cfg),
     )
-    def wait(raw_uri: str, day: str) -> bool:  # (not "ds": a context key)
-        if has_drop_files(storage_path(cfg, raw_uri)):
-            log.info("raw drop for ds=%s is at %s", day, raw_uri)
+    def wait(location: str, day: str) -> bool:  # (not "ds": a context key)
+        if raw_drop_landed(cfg, location):
+            log.info("raw drop for ds=%s is at %s%s", day, shown, location)
             return True
         deadline = raw_drop_deadline(day, hours)
         if pendulum.now("UTC") >= deadline:
             raise AirflowSkipException(
-                f"no raw drop for ds={day} at {raw_uri} by its deadline {deadline.isoformat()} "
+                f"no raw drop for ds={day} at {shown}{location} by its deadline {deadline.isoformat()} "
                 f"(ML_RAW_DROP_DEADLINE_HOURS={hours:g} after the day): nothing to process, the run's tasks are skipped"
             )
-        log.info("no raw drop for ds=%s at %s yet; waiting until %s", day, raw_uri, deadline.isoformat())
+        log.info("no raw drop for ds=%s at %s%s yet; waiting until %s", day, shown, location, deadline.isoformat())
         return False
 
-    return wait(cfg.raw_path(ds), ds)
+    return wait(where, ds)
 
 
 def raw_drop_file_name(blob_name: str, prefix: str) -> str:

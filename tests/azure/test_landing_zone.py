@@ -1,6 +1,7 @@
 """The landing zone on Azurite: the DAGs' sensor waits for the day's drop in the landing
-container (``wasb`` connection), then the staging task copies it into the storage root, to
-the raw partition the ingest task reads.
+container (``wasb`` connection) until its deadline, then is skipped with the reason; the
+staging task copies a landed drop into the storage root, to the raw partition the ingest task
+reads.
 
 The tasks are the ones the nightly DAG builds with ``ML_LANDING_CONTAINER`` set, rendered
 for its run of 2026-11-29 (partition 2026-11-28) and executed as a worker would, minus
@@ -57,19 +58,33 @@ def upload(landing, files: dict[str, bytes], prefix: str = PREFIX) -> None:
 def test_sensor_reschedules_until_the_days_drop_lands(nightly, landing, drop):
     from airflow.sdk.exceptions import AirflowRescheduleException
 
-    sensor = nightly().get_task("wait_for_raw_drop")
+    # 720 hours after the day: the deadline is still ahead (the clock decides only how long to wait).
+    sensor = nightly(ML_RAW_DROP_DEADLINE_HOURS="720").get_task("wait_for_raw_drop")
     context = render(sensor)
-    assert sensor.prefix == PREFIX
-    assert sensor.poke(context) is False
-    with pytest.raises(AirflowRescheduleException):  # frees the worker slot until the next poke
+    assert sensor.op_args[0] == PREFIX
+    with pytest.raises(AirflowRescheduleException):  # frees the worker slot until the next look
         sensor.execute(context)
 
     upload(landing, drop, prefix="raw/mnist/ds=2026-11-27/")  # yesterday's drop is not today's
-    assert sensor.poke(context) is False
+    with pytest.raises(AirflowRescheduleException):
+        sensor.execute(context)
 
     upload(landing, drop)
-    assert sensor.poke(context) is True
-    sensor.execute(context)
+    sensor.execute(context)  # done: the run goes on to stage and ingest
+
+
+def test_past_the_deadline_the_wait_is_skipped_naming_the_day_and_the_landing_prefix(nightly, landing):
+    """A drop that never lands: the run's wait ends as skipped (the run's other tasks skip,
+    nothing fails or retries), not failed after hours of pokes."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    sensor = nightly(ML_RAW_DROP_DEADLINE_HOURS="24").get_task("wait_for_raw_drop")
+    assert sensor.soft_fail is True
+    with pytest.raises(AirflowSkipException) as skipped:
+        sensor.execute(render(sensor))
+    reason = str(skipped.value)
+    assert reason.startswith(f"no raw drop for ds={DS} at wasb://{landing.container_name}/{PREFIX}"), reason
+    assert "by its deadline 2026-11-30T00:00:00+00:00 (ML_RAW_DROP_DEADLINE_HOURS=24 after the day)" in reason
 
 
 @pytest.fixture(params=["local", "blob"])
