@@ -1,11 +1,15 @@
-"""The guide docs/bring_your_own_model.md, followed step by step: a plain single-node
-PyTorch script (docs/examples/wine/train_single_node.py) becomes the ``wine`` workflow by
-adding two files to a copy of the package (nothing else changes), and that workflow's
-nightly DAG then runs end to end: real spark-submit with the rebuilt archive, a real
-MLflow server, 2 Horovod ranks, registration, the gate and scoring."""
+"""The guide docs/bring_your_own_model.md, followed as a reader follows it: a plain
+single-node PyTorch script (docs/examples/wine/train_single_node.py) becomes the ``wine``
+workflow by adding two files to a copy of the checkout (nothing else changes), and the
+guide's command blocks, run exactly as written, check it and run its nightly end to end:
+real spark-submit with the rebuilt archive, a real MLflow server, 2 Horovod ranks,
+registration, the gate and scoring."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,14 +17,15 @@ import tomllib
 
 import pyarrow.dataset as pads
 import pytest
+from mlflow import MlflowClient
 
-from local_stack import REPO, VENV_BIN
-from package_jobs import package_jobs
+from local_stack import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "wine"
+GUIDE = REPO / "docs" / "bring_your_own_model.md"
 WORKFLOW = "wine"
-NIGHTLY_DATE, PARTITION = "2026-11-29", "2026-11-28"
-ROWS = 1500
+# The test session's own settings, which a reader's shell does not have.
+SESSION_PREFIXES = ("AIRFLOW", "ML_", "MLFLOW", "SPARK", "PYSPARK", "PYTHON", "PYTEST", "JAVA_TOOL")
 
 
 def test_the_starting_point_is_a_plain_single_node_script():
@@ -33,7 +38,7 @@ def test_the_starting_point_is_a_plain_single_node_script():
 
 
 def test_the_guide_shows_the_files_the_test_uses():
-    guide = (REPO / "docs" / "bring_your_own_model.md").read_text()
+    guide = GUIDE.read_text()
     assert "cp docs/examples/wine/wine.py docs/examples/wine/wine.toml spark_jobs/workflows/" in guide
     assert "scripts/package_jobs.py" in guide
     declaration = tomllib.loads((EXAMPLE / "wine.toml").read_text())
@@ -42,63 +47,61 @@ def test_the_guide_shows_the_files_the_test_uses():
     assert declaration["name"] == WORKFLOW
 
 
-@pytest.fixture(scope="module")
-def wine_package(tmp_path_factory):
-    """Step 4 of the guide on a copy of the package: the two files added, the archive rebuilt."""
-    root = tmp_path_factory.mktemp("byom")
-    shutil.copytree(REPO / "spark_jobs", root / "spark_jobs", ignore=shutil.ignore_patterns("__pycache__"))
-    # The contract the jobs' archive carries beside spark_jobs (the copy's plugins/ml_contract).
-    contract = "plugins/ml_contract"
-    shutil.copytree(REPO / contract, root / contract, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("wine.py", "wine.toml"):
-        shutil.copy(EXAMPLE / name, root / "spark_jobs" / "workflows" / name)
-    archive = package_jobs(root / "spark_jobs.zip", source_root=root)
-    env = {
-        "ML_WORKFLOWS_DIR": str(root / "spark_jobs" / "workflows"),
-        "ML_WORKFLOWS": WORKFLOW,
-        "ML_JOBS_ARCHIVE": str(archive),
-    }
-    return {"root": root, "archive": archive, "env": env}
+def guide_blocks() -> list[str]:
+    """Every ``bash`` block of the guide: the commands a reader is told to run, in order."""
+    return re.findall(r"```bash\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
 
 
 @pytest.fixture(scope="module")
-def wine_nightly(stack, mlflow_client, wine_package):
-    raw = stack.storage_root / "raw" / WORKFLOW
-    # The guide's sample-data command, run against the copy (where the wine workflow exists).
-    subprocess.run(
-        [str(VENV_BIN / "python"), "-m", "spark_jobs.sample_data", "--workflow", WORKFLOW, "--ds", PARTITION]
-        + ["--rows", str(ROWS), "--out", str(raw)],
-        cwd=wine_package["root"],
-        check=True,
-        env={**stack.env(), "PYTHONPATH": str(wine_package["root"])},
+def guide_followed(tmp_path_factory):
+    """The guide's command blocks, exactly as written (read from the Markdown), run one after
+    the other with bash in a copy of the checkout, as a reader runs them in theirs: the two
+    files copied in and the archive rebuilt, then ``make check WORKFLOW=wine`` and ``make demo
+    WORKFLOW=wine`` (its nightly for today on the embedded stack, sample drops included). The
+    copy shares this checkout's ``.venv`` (the set-up the README's commands made); nothing of
+    the test session's environment reaches it. Returns ``(the copy, each block's output)``."""
+    root = tmp_path_factory.mktemp("byom") / "checkout"
+    shutil.copytree(
+        REPO,
+        root,
+        ignore=shutil.ignore_patterns(".git", ".venv", "var", "build", "__pycache__", ".*_cache", "node_modules"),
     )
-    # From the copy's root, as a deployment runs from its own checkout: Spark's Python workers
-    # and Horovod's ranks put their working directory first on sys.path, so run from the
-    # repository they would import its spark_jobs (which has no wine) before the archive.
-    done = stack.dags_test(
-        f"{WORKFLOW}_nightly_retrain",
-        NIGHTLY_DATE,
-        check=False,
-        capture_output=True,
-        env=wine_package["env"],
-        cwd=wine_package["root"],
-    )
-    output = done.stdout + done.stderr
-    errors = [line for line in output.splitlines() if "ERROR" in line or "Error" in line or "Traceback" in line]
-    assert done.returncode == 0, "\n".join(errors[-40:]) + output[-3000:]
-    return mlflow_client.get_model_version_by_alias(WORKFLOW, "champion")
+    (root / ".venv").symlink_to(REPO / ".venv")
+    env = {k: v for k, v in os.environ.items() if k == "PATH" or not k.startswith(SESSION_PREFIXES)}
+    outputs = []
+    for block in guide_blocks():
+        done = subprocess.run(["bash", "-euc", block], cwd=root, env=env, capture_output=True, text=True, timeout=1500)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, f"{block}\n{output[-6000:]}"
+        outputs.append(output)
+    return root, outputs
 
 
-def test_the_new_workflow_is_trained_registered_gated_and_scored(stack, mlflow_client, wine_nightly):
-    champion = wine_nightly
+def test_the_guides_commands_are_the_ones_run():
+    blocks = guide_blocks()
+    assert blocks[0].startswith("cp docs/examples/wine/wine.py docs/examples/wine/wine.toml spark_jobs/workflows/")
+    assert "make check WORKFLOW=wine" in blocks[-1] and "make demo WORKFLOW=wine" in blocks[-1]
+
+
+def test_the_new_workflow_is_checked_trained_registered_gated_and_scored(guide_followed):
+    root, outputs = guide_followed
+    checked = [line for line in outputs[-1].splitlines() if line.startswith("[check]")]
+    assert len(checked) == 5 and all(line.startswith(f"[check] {WORKFLOW}: ") for line in checked), checked
+    assert all(line.endswith(": ok") for line in checked) and checked[-1].endswith(": DAGs: ok"), checked
+    summary = json.loads(re.search(r"^\[nightly\] (\{.*?\n\})", outputs[-1], flags=re.DOTALL | re.MULTILINE).group(1))
+    partition = summary["partition"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'var' / 'mlflow' / 'mlflow.db'}")
+    champion = client.get_model_version_by_alias(WORKFLOW, "champion")
+    assert summary["model"] == f"models:/{WORKFLOW}/{champion.version}"
     assert champion.tags["validation_status"] == "passed", champion.tags
     assert champion.tags["workflow"] == WORKFLOW
     assert float(champion.tags["holdout_accuracy"]) >= 0.85
-    run = mlflow_client.get_run(champion.run_id)
+    run = client.get_run(champion.run_id)
     assert run.data.params["num_ranks"] == "2" and run.data.params["workflow"] == WORKFLOW
-    curated = pads.dataset(str(stack.storage_root / "curated" / WORKFLOW / f"ds={PARTITION}")).to_table()
-    scored = pads.dataset(str(stack.storage_root / "predictions" / WORKFLOW / f"ds={PARTITION}")).to_table()
-    assert curated.num_rows == scored.num_rows == ROWS
+    data = root / "var" / "data"
+    curated = pads.dataset(str(data / "curated" / WORKFLOW / f"ds={partition}")).to_table()
+    scored = pads.dataset(str(data / "predictions" / WORKFLOW / f"ds={partition}")).to_table()
+    assert curated.num_rows == scored.num_rows == summary["scored_rows"] > 0
     assert scored.column_names == [
         "row_id",
         "prediction",
@@ -108,5 +111,5 @@ def test_the_new_workflow_is_trained_registered_gated_and_scored(stack, mlflow_c
         "model_name",
         "model_version",
     ]
-    assert set(scored.column("model_version").to_pylist()) == {champion.version}
+    assert set(scored.column("model_version").to_pylist()) == {str(champion.version)}  # (an int from a SQL store)
     assert sorted(set(scored.column("row_id").to_pylist())) == sorted(curated.column("row_id").to_pylist())
