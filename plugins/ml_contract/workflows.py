@@ -52,6 +52,18 @@ backfills) is shared code that reads it. Keys:
 ``[output]``
     ``kind = "class_probabilities"`` with ``classes``: columns ``prediction`` and
     ``prob_0..prob_<classes-1>``; ``kind = "regression"``: column ``prediction``.
+``[monitoring]`` (optional; absent: every default)
+    What watches a model once it scores (:class:`Monitoring`): ``drift`` (default true: a
+    drift check after every scoring run), ``false_alarm_rate`` (the share of days from the
+    training distribution that may be flagged, over all statistics together; default 0.01),
+    ``statistics`` (what is compared with the version's reference: a tabular layout's column
+    names, default all; a tensor layout's row summaries ``mean``, ``std``, ``nonzero``,
+    default all three; the predictions always), ``tolerance`` (how much worse than the
+    version's held-out metric a day's realised metric, from late labels, may be; default the
+    promotion tolerance), ``retrain_window_days`` (the window a retraining on evidence trains
+    on; default the nightly's), ``cooldown_days`` (after a retraining on evidence, evidence
+    from the next days starts none; default 7) and ``shadow`` (default false: score the
+    challenger beside the champion).
 
 Whatever the layout, the curated table holds a row's features as **one dense value**:
 column ``features``, the row's elements in the declared dtype, little-endian, row-major
@@ -83,6 +95,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -110,12 +123,14 @@ __all__ = [
     "NAME",
     "OPTIMIZERS",
     "OUTPUT_KINDS",
+    "ROW_SUMMARIES",
     "SCHEDULES",
     "TRAINING_KEYS",
     "FeatureColumn",
     "Label",
     "Metric",
     "Model",
+    "Monitoring",
     "Output",
     "Promotion",
     "TensorFeatures",
@@ -139,6 +154,8 @@ FeatureDtype = Literal["uint8", "float32"]
 LabelDtype = Literal["int32", "float32"]
 Optimizer = Literal["sgd", "adam", "adamw"]
 ScheduleKind = Literal["constant", "cosine", "step"]
+# The row summaries a tensor layout's drift check compares (spark_jobs.drift computes them).
+RowSummary = Literal["mean", "std", "nonzero"]
 
 DIRECTIONS: tuple[str, ...] = get_args(Direction)
 LOSSES: tuple[str, ...] = get_args(Loss)
@@ -148,6 +165,7 @@ FEATURE_DTYPES: tuple[str, ...] = get_args(FeatureDtype)
 LABEL_DTYPES: tuple[str, ...] = get_args(LabelDtype)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 SCHEDULES: tuple[str, ...] = get_args(ScheduleKind)
+ROW_SUMMARIES: tuple[str, ...] = get_args(RowSummary)
 # The values each feature dtype holds (numpy's iinfo/finfo), written out so that parsing a
 # declaration, which every DAG file does, needs no numpy (a quarter of a second per parse).
 DTYPE_LIMITS = {"uint8": (0, 255), "float32": (-3.4028234663852886e38, 3.4028234663852886e38)}
@@ -346,6 +364,23 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Monitoring:
+    """``[monitoring]`` with its defaults resolved (the keys: the module docstring).
+
+    ``statistics`` are the names the drift check compares: tabular column names, or tensor
+    row summaries (:data:`ROW_SUMMARIES`). ``retrain_window_days`` None: the nightly's window.
+    """
+
+    drift: bool
+    false_alarm_rate: float
+    statistics: tuple[str, ...]
+    tolerance: float
+    retrain_window_days: int | None
+    cooldown_days: int
+    shadow: bool
+
+
+@dataclass(frozen=True)
 class Workflow:
     name: str
     description: str
@@ -357,6 +392,7 @@ class Workflow:
     metric: Metric
     promotion: Promotion
     output: Output
+    monitoring: Monitoring
 
     @property
     def raw_fields(self) -> list[str]:
@@ -495,6 +531,34 @@ class _TrainingTable(_Table):
 TRAINING_KEYS = tuple(_TrainingTable.model_fields)
 
 
+class _Monitoring(_Table):
+    """``[monitoring]`` as TOML holds it (``statistics`` checked against the features, and the
+    defaults that depend on other tables resolved, by the declaration)."""
+
+    drift: StrictBool = True
+    false_alarm_rate: StrictFloat = Field(0.01, gt=0, le=0.2)
+    statistics: tuple[StrictStr, ...] | None = Field(
+        None, min_length=1, description="a non-empty list of names", validate_default=False
+    )
+    tolerance: StrictFloat | None = Field(None, ge=0)
+    retrain_window_days: StrictInt | None = Field(None, ge=1, le=90)
+    cooldown_days: StrictInt = Field(7, ge=0, le=365)
+    shadow: StrictBool = False
+
+    def monitoring(self, features: TensorFeatures, promotion: Promotion) -> Monitoring:
+        allowed = ROW_SUMMARIES if features.layout == "tensor" else tuple(features.raw_fields)
+        statistics = allowed if self.statistics is None else self.statistics
+        return Monitoring(
+            drift=self.drift,
+            false_alarm_rate=self.false_alarm_rate,
+            statistics=tuple(statistics),
+            tolerance=promotion.tolerance if self.tolerance is None else self.tolerance,
+            retrain_window_days=self.retrain_window_days,
+            cooldown_days=self.cooldown_days,
+            shadow=self.shadow,
+        )
+
+
 class _ModelTable(_Table):
     registered_name: StrictStr | None = None
     factory: StrictStr
@@ -512,7 +576,26 @@ class _Declaration(_Table):
     metric: Metric
     promotion: Promotion
     output: Output
+    monitoring: _Monitoring = _Monitoring.model_construct()  # an absent table: its defaults
     description: StrictStr  # last: a missing table is named before it
+
+    @field_validator("monitoring")
+    @classmethod
+    def _statistics_exist(cls, monitoring: _Monitoring, info: ValidationInfo) -> _Monitoring:
+        """``statistics`` name what the layout has: its columns, or the row summaries."""
+        layout = info.data.get("features")  # absent when refused itself
+        if layout is None or monitoring.statistics is None:
+            return monitoring
+        features = layout.features
+        allowed = ROW_SUMMARIES if features.layout == "tensor" else tuple(features.raw_fields)
+        unknown = [name for name in monitoring.statistics if name not in allowed]
+        repeated = sorted(name for name, count in Counter(monitoring.statistics).items() if count > 1)
+        if unknown or repeated:
+            what = f"names {unknown[0]!r}" if unknown else f"repeats {repeated[0]!r}"
+            raise ValueError(
+                f"'statistics' {what}; allowed for a {features.layout} layout, each once: {', '.join(allowed)}"
+            )
+        return monitoring
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -559,6 +642,7 @@ class _Declaration(_Table):
             metric=self.metric,
             promotion=self.promotion,
             output=self.output,
+            monitoring=self.monitoring.monitoring(self.features.features, self.promotion),
         )
 
 
@@ -589,6 +673,7 @@ def _validated(schema: type[_T], data: dict, source: str) -> _T:
 _TYPES = {
     "int_type": "an integer",
     "float_type": "a number",
+    "bool_type": "true or false",
     "string_type": "a string",
     "tuple_type": "a list",
     "model_type": "a table",

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ml_contract.workflows import DTYPE_LIMITS, FEATURE_DTYPES
+from ml_contract.workflows import DTYPE_LIMITS, FEATURE_DTYPES, ROW_SUMMARIES
 from spark_jobs import features, workflows
 from spark_jobs.workflows import WorkflowError, parse_workflow
 
@@ -89,6 +89,50 @@ def test_an_unknown_key_in_any_table_is_refused_naming_it_and_the_table(name, ed
     edit(data)
     with pytest.raises(WorkflowError, match=message):
         parse_workflow(data, f"workflow {name}.toml")
+
+
+def test_monitoring_defaults_follow_the_layout_and_the_promotion_rule():
+    """Without a [monitoring] table: every column (tabular) or every row summary (tensor)
+    is compared, at a 1 % false-alarm rate, and late labels may fall the promotion tolerance
+    short of the held-out metric."""
+    columns = tuple(workflows.load("diabetes").features.raw_fields)
+    for name, statistics in (("diabetes", columns), ("mnist", ROW_SUMMARIES)):
+        data = copy.deepcopy(declaration(name))
+        data.pop("monitoring", None)
+        monitoring = parse_workflow(data, f"workflow {name}.toml").monitoring
+        assert monitoring.drift and monitoring.statistics == statistics
+        assert (monitoring.false_alarm_rate, monitoring.cooldown_days, monitoring.shadow) == (0.01, 7, False)
+        assert monitoring.tolerance == data["promotion"]["tolerance"] and monitoring.retrain_window_days is None
+
+
+@pytest.mark.parametrize(
+    ("name", "monitoring", "message"),
+    [
+        ("diabetes", {"statistics": ["bmi", "glucose"]}, r"'statistics' names 'glucose'; allowed .* sex"),
+        ("diabetes", {"statistics": ["bmi", "bmi"]}, r"'statistics' repeats 'bmi'"),
+        ("mnist", {"statistics": ["bmi"]}, r"'statistics' names 'bmi'; allowed for a tensor layout, each once: mean"),
+        ("mnist", {"statistics": []}, r"'statistics' is \[\], allowed: a non-empty list of names"),
+        ("mnist", {"false_alarm_rate": 0.5}, r"'false_alarm_rate' is 0.5, allowed: > 0 and <= 0.2"),
+        ("mnist", {"false_alarm_rate": 0}, r"'false_alarm_rate' is 0, allowed: > 0 and <= 0.2"),
+        ("mnist", {"drift": "yes"}, r"'drift' must be true or false, got 'yes'"),
+        ("mnist", {"cooldown_days": -1}, r"'cooldown_days' is -1, allowed: >= 0 and <= 365"),
+        ("mnist", {"retrain_window_days": 0}, r"'retrain_window_days' is 0, allowed: >= 1 and <= 90"),
+        ("mnist", {"tolerance": float("nan")}, r"'tolerance' is nan, allowed: >= 0"),
+        ("mnist", {"cooldown": 3}, r"\[monitoring\]: unknown key 'cooldown', allowed: drift, false_alarm_rate"),
+    ],
+)
+def test_a_wrong_monitoring_table_is_refused_naming_the_key(name, monitoring, message):
+    data = copy.deepcopy(declaration(name))
+    data["monitoring"] = monitoring
+    with pytest.raises(WorkflowError, match=message):
+        parse_workflow(data, f"workflow {name}.toml")
+
+
+def test_the_shipped_workflows_declare_how_they_are_watched():
+    for name in workflows.available():
+        monitoring = workflows.load(name).monitoring
+        assert "monitoring" in declaration(name), f"{name}.toml has no [monitoring] table"
+        assert monitoring.drift and 0 < monitoring.false_alarm_rate <= 0.05 and monitoring.cooldown_days >= 1
 
 
 def test_a_tabular_declaration_refuses_repeated_columns():
