@@ -15,8 +15,13 @@ training run (``holdout_*`` metrics; a classifier's confusion matrix and per-cla
 precision and recall; sample predictions): what a reviewer reads beside the training
 curves (:mod:`spark_jobs.tracking`).
 
-The steps, in order (``main`` wires them): evaluate, register, compare, tag, alias,
-promote, manifest.
+Before the version is registered, its **reference profile** (the training window's declared
+statistics and the held-out predictions, :mod:`spark_jobs.monitoring`) is logged to the
+training run: every version that can become champion has what its scored days are
+checked against for drift.
+
+The steps, in order (``main`` wires them): evaluate, profile, register, compare, tag,
+alias, promote, manifest.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ml_contract.layout import HOLDOUT_PCT, SPLIT_SEED
-from spark_jobs import tracking, workflows
+from spark_jobs import monitoring, tracking, workflows
 from spark_jobs.dataset import filter_holdout_rows
 from spark_jobs.inference import evaluate, with_predictions
 from spark_jobs.partitions import parse_ds, read_partitions
@@ -302,6 +307,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--git-revision", default="unknown")
     parser.add_argument("--airflow-run-id", default="")
     parser.add_argument(
+        "--tag", type=tracking.parse_tag, action="append", default=[], help="KEY=VALUE tag of the new version"
+    )
+    parser.add_argument(
         "--logical-time",
         type=_parse_timestamp,
         required=True,
@@ -346,11 +354,8 @@ def main(argv: list[str] | None = None) -> None:
     spark = build_spark_session(f"register {args.model_name}")
     try:
         trained = read_json(spark, args.train_manifest)
-        holdout_df = filter_holdout_rows(
-            read_partitions(spark, args.curated_root, args.start_ds, args.end_ds),
-            args.holdout_pct,
-            args.split_seed,
-        ).cache()
+        window_df = read_partitions(spark, args.curated_root, args.start_ds, args.end_ds)
+        holdout_df = filter_holdout_rows(window_df, args.holdout_pct, args.split_seed).cache()
         # Cached: the metric and the evaluator's sample read the same predictions.
         predicted_df = with_predictions(holdout_df, trained["model_uri"], workflow).cache()
         value, holdout_rows = evaluate(predicted_df, workflow)
@@ -368,6 +373,9 @@ def main(argv: list[str] | None = None) -> None:
             start_ds=args.start_ds,
             end_ds=args.end_ds,
         )
+        profile = monitoring.reference_profile(window_df, predicted_df, workflow)
+        monitoring.log_reference(client, trained["run_id"], profile)
+        log.info("reference profile of %s logged to run %s", ", ".join(profile.statistics), trained["run_id"])
         predicted_df.unpersist()
         log.info("MLflow evaluation of the held-out rows, logged to run %s: %s", trained["run_id"], evaluated)
         version = find_or_register_version(
@@ -383,6 +391,7 @@ def main(argv: list[str] | None = None) -> None:
                 "airflow_run_id": args.airflow_run_id,
                 # The epoch whose weights this version holds, and why training ended there.
                 **{key: str(trained[key]) for key in ("best_epoch", "stop_reason") if key in trained},
+                **dict(args.tag),
             },
         )
         compare = HoldoutComparison(

@@ -11,6 +11,11 @@ workflow (``--workflow``, else the one the model was logged for: its MLmodel met
 ``workflow``) says what the curated rows hold and which output columns a scored row gets:
 ``row_id``, ``prediction`` (and ``prob_<c>`` for a classifier), ``model_name``,
 ``model_version``, ``ds``.
+
+With ``--monitoring-data`` (and ``[monitoring] drift`` on, the default), each day written is
+then checked for drift against the pinned version's reference profile, and its report
+written there (``ds=<day>/drift.json``, ``drift.png``) and to the version's MLflow run
+(:mod:`spark_jobs.monitoring`); the job's report lists each day's outcome.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ml_contract.layout import PARTITION_COL
-from spark_jobs import workflows
+from spark_jobs import monitoring, workflows
 from spark_jobs.features import FEATURES_COL
 from spark_jobs.inference import (
     MODEL_NAME_COL,
@@ -80,6 +85,7 @@ def score_partitions(
     scored_root: str,
     start_ds: str,
     end_ds: str,
+    monitoring_root: str | None = None,
 ) -> dict:
     """Score every curated partition in ``start_ds..end_ds`` with one model, in one job.
 
@@ -97,13 +103,32 @@ def score_partitions(
         replace_partitions(score_partition(curated_df, model, workflow), scored_root)
         scored_df = read_partitions(spark, scored_root, start_ds, end_ds)
         rows_out = {r[PARTITION_COL]: r["count"] for r in scored_df.groupBy(PARTITION_COL).count().collect()}
-    return {
+    report = {
         "model": model.uri,
         "workflow": workflow.name,
         "written": {ds: rows_out.get(ds, 0) for ds in sorted(rows_in)},
         "rows_in": dict(sorted(rows_in.items())),
         "missing_curated": missing,
     }
+    if monitoring_root and workflow.monitoring.drift and rows_out:
+        report["drift"] = monitoring.check_days(
+            curated_df,
+            scored_df,
+            rows_out,
+            workflow,
+            model_name=model.name,
+            model_version=model.version,
+            run_id=_run_of(model),
+            monitoring_root=monitoring_root,
+        )
+    return report
+
+
+def _run_of(model: PinnedModel) -> str:
+    """The training run of the pinned version (where its reference profile lives)."""
+    from mlflow import MlflowClient
+
+    return str(MlflowClient().get_model_version(model.name, model.version).run_id)
 
 
 def _days(start_ds: str, end_ds: str) -> list[str]:
@@ -123,6 +148,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--input-data", required=True, help="curated dataset root")
     parser.add_argument("--scored-data", required=True, help="predictions dataset root")
+    parser.add_argument(
+        "--monitoring-data",
+        help="drift reports root: each scored day checked against the version's reference (default: no check)",
+    )
     days = parser.add_mutually_exclusive_group(required=True)
     days.add_argument("--ds", type=parse_ds, help="the one partition to score")
     days.add_argument("--start-ds", type=parse_ds, help="first partition of a range (with --end-ds)")
@@ -147,7 +176,16 @@ def main(argv: list[str] | None = None) -> None:
     try:
         model = pin_model(args.model)
         workflow = workflow_of(model, args.workflow)
-        report = score_partitions(spark, model, workflow, args.input_data, args.scored_data, args.start_ds, args.end_ds)
+        report = score_partitions(
+            spark,
+            model,
+            workflow,
+            args.input_data,
+            args.scored_data,
+            args.start_ds,
+            args.end_ds,
+            monitoring_root=args.monitoring_data,
+        )
     finally:
         spark.stop()
     log.info("score report: %s", json.dumps(report))

@@ -100,6 +100,13 @@ def write_text(spark: SparkSession, path: str, text: str, *, overwrite: bool = T
     return True
 
 
+def copy_from_local(spark: SparkSession, local_path: str, path: str) -> None:
+    """Copy a file of the driver's local disk to ``path`` (any storage root), replacing it."""
+    fs, hadoop_path = _fs_and_path(spark, path)
+    source = _jvm(spark).org.apache.hadoop.fs.Path(f"file://{local_path}")
+    fs.copyFromLocalFile(False, True, source, hadoop_path)
+
+
 def read_head(spark: SparkSession, path: str, max_bytes: int) -> bytes:
     """The first ``max_bytes`` of a file as Spark's text reader sees them: decompressed when
     the name ends in a Hadoop codec suffix (``.gz``, ``.bz2``, ...). A corrupt or truncated

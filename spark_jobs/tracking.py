@@ -46,6 +46,16 @@ SAMPLE_PREDICTION_ROWS = 50
 SAMPLE_PREDICTIONS_FILE = "holdout_sample_predictions.json"
 
 
+def parse_tag(value: str) -> tuple[str, str]:
+    """A ``--tag KEY=VALUE`` option of the train and register jobs."""
+    import argparse
+
+    key, sep, val = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
+    return key, val
+
+
 def set_up_experiment(name: str) -> str:
     """The experiment ``name`` (created if missing) as the active one, of the model-training
     kind unless someone chose another kind for it; returns its id."""

@@ -95,13 +95,6 @@ def best_epoch_or_fail(rank0: dict, config: TrainConfig) -> dict:
     return next(entry for entry in rank0["history"] if entry["epoch"] == rank0["best_epoch"])
 
 
-def _parse_tag(value: str) -> tuple[str, str]:
-    key, sep, val = value.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
-    return key, val
-
-
 def _parse_workflow(name: str) -> workflows.Workflow:
     try:
         return workflows.load(name)
@@ -145,7 +138,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="fsspec URL for per-epoch checkpoints; a restart resumes from the latest "
         "(credentials from the environment)",
     )
-    parser.add_argument("--tag", type=_parse_tag, action="append", default=[], help="KEY=VALUE run tag")
+    parser.add_argument("--tag", type=tracking.parse_tag, action="append", default=[], help="KEY=VALUE run tag")
     return parser.parse_args(argv)
 
 

@@ -233,6 +233,11 @@ class PlatformConfig(BaseSettings):
     def predictions_root(self) -> str:
         return self.dataset_root("predictions")
 
+    @property
+    def monitoring_root(self) -> str:
+        """The drift reports of the scored days (``ds=<day>/drift.json``, ``drift.png``)."""
+        return self.dataset_root("monitoring")
+
     @staticmethod
     def storage_uri(path: str) -> str:
         """``path`` as a URI (``file://`` for local paths), for Assets and object storage."""

@@ -92,6 +92,7 @@ class RegisterArguments(JobArguments):
 
     job: ClassVar[str] = "register"
     FLAGS: ClassVar[frozenset[str]] = frozenset({"promote"})
+    REPEATED: ClassVar[dict[str, str]] = {"tags": "--tag"}
 
     workflow: Any
     train_manifest: Any
@@ -110,6 +111,7 @@ class RegisterArguments(JobArguments):
     lock_timeout: Any = None
     lock_stale_after: Any = None
     promote: Any = None
+    tags: Sequence[str] = ()  # extra version tags, each KEY=VALUE
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ class ScoreArguments(JobArguments):
     input_data: Any
     scored_data: Any
     workflow: Any = None
+    monitoring_data: Any = None  # the drift reports' root: each scored day checked
     ds: Any = None
     start_ds: Any = None
     end_ds: Any = None

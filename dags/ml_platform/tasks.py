@@ -20,6 +20,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from ml_platform.config import DEFAULT_ARGS, PORTABLE_SPARK_CONF, PlatformConfig
 from ml_platform.job_arguments import IngestArguments, RegisterArguments, ScoreArguments, TrainArguments
 from ml_platform.partitions import MACROS, RUN_KEY, RUN_TIME
+from ml_platform.workflows import workflow as workflow_info
+from ml_registry.drift_check import DriftCheckOperator
 from ml_registry.spark_submit import MlflowSparkSubmitOperator
 
 if TYPE_CHECKING:
@@ -49,6 +51,14 @@ def curated_asset(cfg: PlatformConfig) -> Asset:
 def champion_asset(cfg: PlatformConfig) -> Asset:
     """Updated when a register step moves ``champion`` to a new version."""
     return Asset(name=f"{cfg.model_name}.champion", uri=f"mlflow-model://{cfg.model_name}/champion")
+
+
+def evidence_asset(cfg: PlatformConfig) -> Asset:
+    """Updated when a scored day drifted (or, from late labels, fell short of the tolerance):
+    evidence for a retraining (``<workflow>_retrain_on_drift``). The event's extra says why."""
+    return Asset(
+        name=f"{cfg.model_name}.retraining_evidence", uri=f"mlflow-model://{cfg.model_name}/retraining-evidence"
+    )
 
 
 def spark_job(cfg: PlatformConfig, *, task_id: str, job: str, args: list[Any], **kwargs: Any) -> BaseOperator:
@@ -437,9 +447,12 @@ def train(
     return spark_job(cfg, task_id="train_model", job="train", args=arguments.argv())
 
 
-def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: Any = True) -> BaseOperator:
+def register(
+    cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: Any = True, tags: tuple[str, ...] = ()
+) -> BaseOperator:
     """Registration runs in a pool of one slot: two DAGs never register at the same time.
-    ``promote``: a bool, or a template rendering to ``--promote`` / ``--no-promote``."""
+    ``promote``: a bool, or a template rendering to ``--promote`` / ``--no-promote``;
+    ``tags``: extra version tags, ``KEY=VALUE`` (templated)."""
     arguments = RegisterArguments(
         workflow=cfg.workflow,
         train_manifest=f"{run_dir(cfg)}/train.json",
@@ -454,6 +467,7 @@ def register(cfg: PlatformConfig, *, start_ds: str, end_ds: str, promote: Any = 
         airflow_run_id="{{ run_id }}",
         logical_time=RUN_TIME,
         promote=promote,
+        tags=tags,
     )
     return spark_job(cfg, task_id="register_model", job="register", args=arguments.argv(), pool=REGISTRY_POOL)
 
@@ -486,19 +500,57 @@ def score(
     task_id: str = "score_partition",
 ) -> TaskGroup:
     """Score one partition (``end_ds`` None) or a range with ``model_uri`` (the gate's
-    ``output["uri"]``), holding the predictions locks of those days."""
+    ``output["uri"]``), holding the predictions locks of those days.
+
+    With ``[monitoring] drift`` (the default) the job checks each day it wrote against the
+    version's reference profile, then ``check_drift`` reads the reports and ``signal_drift``
+    emits the retraining evidence when a day drifted (skipped when none did).
+    """
     days = {"ds": start_ds} if end_ds is None else {"start_ds": start_ds, "end_ds": end_ds}
+    watched = workflow_info(cfg.workflow).monitoring.drift
     arguments = ScoreArguments(
         workflow=cfg.workflow,
         model=model_uri,
         input_data=cfg.curated_root,
         scored_data=cfg.predictions_root,
+        monitoring_data=cfg.monitoring_root if watched else None,
         **days,
     )
     with TaskGroup(group_id=f"{task_id}_locked", prefix_group_id=False) as group:
         writer = spark_job(cfg, task_id=task_id, job="score", args=arguments.argv())
         partition_lock(cfg, "predictions", start_ds, end_ds or start_ds, [writer])
+    if watched:
+        check = DriftCheckOperator(
+            task_id="check_drift",
+            monitoring_root=cfg.object_storage_uri(cfg.monitoring_root),
+            start_ds=start_ds,
+            end_ds=end_ds,
+            storage_conn_id=cfg.storage_conn_id or None,
+            mlflow_conn_id=cfg.mlflow_conn_id,
+        )
+        writer >> check >> signal_drift(cfg, check.output)
     return group
+
+
+def signal_drift(cfg: PlatformConfig, check: Any) -> XComArg:
+    """The retraining evidence Asset event when a checked day drifted; skipped otherwise."""
+
+    @task(task_id="signal_drift", outlets=[evidence_asset(cfg)])
+    def signal(result: dict, **context: Any) -> dict:
+        drifted = result.get("drifted") or []
+        if not drifted:
+            raise AirflowSkipException(f"no drift on {', '.join(result.get('days', {})) or 'no day'}: no evidence")
+        days = result["days"]
+        evidence = {
+            "reason": "drift",
+            "days": sorted(drifted),
+            "moved": {ds: days[ds]["moved"] for ds in drifted},
+            "model": days[drifted[0]]["model"],
+        }
+        context["outlet_events"][evidence_asset(cfg)].extra = evidence
+        return evidence
+
+    return signal(check)
 
 
 @task(task_id="check_conf")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ml_contract.workflows import WorkflowError, parse_workflow
+from ml_contract.workflows import Monitoring, WorkflowError, parse_workflow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +38,7 @@ class WorkflowInfo:
     metric: str
     metric_direction: str
     floor: float
+    monitoring: Monitoring
 
     @property
     def metric_goal(self) -> str:
@@ -66,6 +67,7 @@ def _read(path: Path) -> WorkflowInfo:
         metric=declaration.metric.name,
         metric_direction=declaration.metric.direction,
         floor=declaration.promotion.floor,
+        monitoring=declaration.monitoring,
     )
 
 

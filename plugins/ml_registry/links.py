@@ -1,4 +1,5 @@
-"""Extra link from a gate task to the page of the model version it pinned in the MLflow UI."""
+"""Extra links to the MLflow UI: from a gate task to the model version it pinned, from a
+drift check to the day's report."""
 
 from __future__ import annotations
 
@@ -49,3 +50,40 @@ class MlflowModelVersionLink(BaseOperatorLink):
         if getattr(ti_key, "state", None) not in (None, "success"):
             return ""
         return link_from_selection(XCom.get_value(ti_key=ti_key, key="return_value"))
+
+
+def run_artifact_url(ui_url: str, experiment_id: str, run_id: str, path: str) -> str:
+    """``<ui>/#/experiments/<id>/runs/<run>/artifactPath/<path>``: an artifact of a run in the MLflow UI."""
+    return (
+        f"{ui_url.rstrip('/')}/#/experiments/{quote(str(experiment_id), safe='')}/runs/{quote(run_id, safe='')}"
+        f"/artifactPath/{quote(path)}"
+    )
+
+
+def link_from_drift_check(result: Any) -> str:
+    """The report of the check's most-shifted day (else its last day); empty when it checked nothing."""
+    if not isinstance(result, dict):
+        return ""
+    try:
+        days = result["days"]
+        shown = (result.get("drifted") or sorted(days)[-1:])[0]
+        day = days[shown]
+        return run_artifact_url(result["ui_url"], day["experiment_id"], day["run_id"], day["artifact"])
+    except (KeyError, TypeError, AttributeError, IndexError):
+        return ""
+
+
+class DriftReportLink(BaseOperatorLink):
+    """
+    "Drift report": the day's drift report (its plot) among the pinned version's artifacts in
+    the MLflow UI, from the drift check's own return value (as :class:`MlflowModelVersionLink`).
+    """
+
+    name = "Drift report"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        if getattr(ti_key, "state", None) not in (None, "success"):
+            return ""
+        return link_from_drift_check(XCom.get_value(ti_key=ti_key, key="return_value"))

@@ -132,6 +132,43 @@ def test_nightly_chain_and_operators(dagbag):
     assert dag.timetable.expression == "0 2 * * *"
 
 
+SCORING = ("nightly_retrain", "batch_scoring", "bulk_backfill_scoring", "score_on_new_champion")
+
+
+@pytest.mark.parametrize("kind", SCORING)
+def test_every_scoring_run_is_checked_for_drift_and_can_signal_it(dagbag, kind):
+    """Each scoring job writes its days' drift reports (``--monitoring-data``), ``check_drift``
+    reads them after it, and ``signal_drift`` alone updates the retraining evidence Asset,
+    which the retraining DAG is scheduled on."""
+    from ml_registry.drift_check import DriftCheckOperator
+
+    for workflow in declared():
+        dag = dagbag.dags[f"{workflow}_{kind}"]
+        writer = next(t for t in dag.tasks if t.task_id in ("score_partition", "score_range"))
+        args = writer.application_args
+        assert args[args.index("--monitoring-data") + 1].endswith(f"/monitoring/{workflow}"), args
+        check, signal = dag.get_task("check_drift"), dag.get_task("signal_drift")
+        assert isinstance(check, DriftCheckOperator) and [link.name for link in check.operator_extra_links] == [
+            "Drift report"
+        ]
+        assert writer.task_id in check.upstream_task_ids and signal.upstream_task_ids == {"check_drift"}
+        evidence = [o for t in dag.tasks for o in t.outlets if o.name.endswith(".retraining_evidence")]
+        assert [o.name for o in signal.outlets] == [e.name for e in evidence] and len(evidence) == 1
+        retrain = dagbag.dags[f"{workflow}_retrain_on_drift"]
+        assert [a.name for a in retrain.timetable.asset_condition.objects] == [evidence[0].name]
+
+
+def test_retraining_on_evidence_trains_registers_and_publishes(dagbag):
+    dag = dagbag.dags["mnist_retrain_on_drift"]
+    order = ["check_evidence", "train_model", "register_model", "publish_champion"]
+    for upstream, downstream in zip(order, order[1:], strict=False):
+        assert upstream in dag.get_task(downstream).upstream_task_ids
+    args = dag.get_task("register_model").application_args
+    tags = [args[i + 1] for i, a in enumerate(args) if a == "--tag"]
+    assert [t.split("=")[0] for t in tags] == ["retraining_evidence_ds", "retraining_reason"]
+    assert dag.max_active_runs == 1 and "monitoring" in dag.tags
+
+
 WRITERS = {
     "ingest_raw_drop": "curated",
     "stage_raw_drop": "curated",

@@ -9,7 +9,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DECLARED = sorted(p.stem for p in (REPO / "spark_jobs" / "workflows").glob("*.toml"))
-DAG_KINDS = ("nightly_retrain", "batch_scoring", "bulk_backfill_scoring", "score_on_new_champion", "train_on_demand")
+DAG_KINDS = (
+    "nightly_retrain",
+    "batch_scoring",
+    "bulk_backfill_scoring",
+    "score_on_new_champion",
+    "train_on_demand",
+    "retrain_on_drift",
+)
 SPARK_JOBS = {"ingest_raw_drop", "train_model", "register_model", "score_partition", "score_range"}
 
 

@@ -1,0 +1,232 @@
+"""What watches a model once it scores: its reference profile and each scored day's drift report.
+
+The statistics are :mod:`spark_jobs.drift`'s; this module moves the data (Spark on the
+executors, MLflow and storage on the driver):
+
+- **The reference profile** of a version, written by the register job before its alias can
+  move (:func:`reference_profile`, :func:`log_reference`): the declared statistics
+  (``[monitoring] statistics``: a tabular layout's columns, a tensor layout's row summaries)
+  of every row of the training window, and the candidate's predictions on the held-out rows.
+  It is the JSON artifact ``monitoring/reference.json`` of the version's training run: a few
+  kilobytes whatever the window's size (quantiles, not rows).
+- **The drift report** of each scored day, made by the score job after it wrote the day
+  (:func:`check_days`): the same statistics of the day's curated rows and the day's
+  predictions against the pinned version's reference, with the workflow's false-alarm rate.
+  ``drift.json`` and ``drift.png`` (the most-shifted distributions against the reference)
+  go to ``<monitoring root>/ds=<day>/``, and the same files, with metrics per day
+  (``drift_detected``, ``drift_statistics_moved``, ``drift_rows``, step ``yyyymmdd``), to the
+  version's training run under ``monitoring/drift/ds=<day>/``.
+
+A version registered before profiles existed has none: its days get a report with outcome
+``no_reference`` and scoring goes on.
+
+Statistics are computed on at most ``MAX_ROWS`` rows per day (and per window): a seeded
+sample of larger ones, whose size is the one the test is calibrated for.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ml_contract.layout import PARTITION_COL
+from spark_jobs import drift
+from spark_jobs.features import FEATURES_COL, decode
+from spark_jobs.inference import PREDICTION_COL
+from spark_jobs.storage import copy_from_local, write_json
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from spark_jobs.workflows import Workflow
+
+log = logging.getLogger(__name__)
+
+REFERENCE_ARTIFACT = "monitoring/reference.json"
+DRIFT_ARTIFACT_DIR = "monitoring/drift"
+REPORT_FILE, PLOT_FILE = "drift.json", "drift.png"
+# The statistic name of the model's predictions in a profile and a report.
+PREDICTIONS = PREDICTION_COL
+MAX_ROWS = 200_000
+SAMPLE_SEED = 11
+NO_REFERENCE = "no_reference"
+
+
+def statistic_names(workflow: Workflow) -> list[str]:
+    """The compared statistics, predictions last."""
+    return [*workflow.monitoring.statistics, PREDICTIONS]
+
+
+def row_statistics(features: np.ndarray, workflow: Workflow) -> dict[str, np.ndarray]:
+    """The declared statistics of each row of ``features`` ``[n, *shape]``."""
+    names = workflow.monitoring.statistics
+    if workflow.features.layout == "tabular":
+        columns = drift.tabular_columns(features, workflow.features.raw_fields)
+        return {name: columns[name] for name in names}
+    return drift.row_summaries(features, names)
+
+
+def _statistics_of_rows(df: DataFrame, workflow: Workflow, kept: list[str]) -> DataFrame:
+    """``df``'s ``kept`` columns and one double column per declared statistic (executors)."""
+    from pyspark.sql import types as T
+
+    names = list(workflow.monitoring.statistics)
+    schema = T.StructType(
+        [
+            *[f for f in df.schema.fields if f.name in kept],
+            *[T.StructField(n, T.DoubleType(), nullable=False) for n in names],
+        ]
+    )
+
+    def statistics(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        for batch in batches:
+            values = row_statistics(decode(batch.column(FEATURES_COL), workflow.features), workflow)
+            yield pa.RecordBatch.from_arrays(
+                [*(batch.column(c) for c in kept), *(pa.array(values[n], pa.float64()) for n in names)],
+                names=[*kept, *names],
+            )
+
+    return df.select(*kept, FEATURES_COL).mapInArrow(statistics, schema)
+
+
+def _sampled(df: DataFrame, counts: Mapping[str, int]) -> DataFrame:
+    """At most ``MAX_ROWS`` rows of each day (a seeded sample of a larger day)."""
+    fractions = {ds: min(1.0, MAX_ROWS / n) for ds, n in counts.items() if n}
+    if all(f == 1.0 for f in fractions.values()):
+        return df
+    return df.sampleBy(PARTITION_COL, fractions, seed=SAMPLE_SEED)
+
+
+def _columns(table: pa.Table, names: list[str]) -> dict[str, np.ndarray]:
+    return {n: table.column(n).to_numpy() for n in names}
+
+
+def reference_profile(window_df: DataFrame, predicted_df: DataFrame, workflow: Workflow) -> drift.ReferenceProfile:
+    """The reference of a candidate: the declared statistics of the training window's rows
+    (``window_df``: curated rows, ``features`` and ``ds``) and its predictions on the held-out
+    rows (``predicted_df``)."""
+    names = list(workflow.monitoring.statistics)
+    rows = window_df.count()
+    sample = window_df if rows <= MAX_ROWS else window_df.sample(fraction=MAX_ROWS / rows, seed=SAMPLE_SEED)
+    values = _columns(_statistics_of_rows(sample, workflow, []).toArrow(), names)
+    predictions = predicted_df.select(PREDICTION_COL)
+    held_out = predictions.count()
+    if held_out > MAX_ROWS:
+        predictions = predictions.sample(fraction=MAX_ROWS / held_out, seed=SAMPLE_SEED)
+    values[PREDICTIONS] = predictions.toArrow().column(PREDICTION_COL).to_numpy()
+    return drift.build_reference(values, categorical=_categorical(workflow))
+
+
+def _categorical(workflow: Workflow) -> dict[str, int]:
+    """A classifier's predictions are classes: compared as counts, not as a distribution of values."""
+    return {PREDICTIONS: workflow.output.classes} if workflow.output.is_classifier else {}
+
+
+def log_reference(client, run_id: str, profile: drift.ReferenceProfile) -> None:
+    """The profile as the training run's artifact ``monitoring/reference.json``."""
+    client.log_dict(run_id, profile.to_json(), REFERENCE_ARTIFACT)
+
+
+def load_reference(run_id: str) -> drift.ReferenceProfile | None:
+    """The reference profile of the version trained by ``run_id``; None when it has none."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        payload = mlflow.artifacts.load_dict(f"runs:/{run_id}/{REFERENCE_ARTIFACT}")
+    except (MlflowException, OSError) as err:
+        log.warning("run %s has no reference profile (%s): its days are not checked for drift", run_id, err)
+        return None
+    return drift.ReferenceProfile.from_json(payload)
+
+
+def day_step(ds: str) -> int:
+    """A day as an MLflow metric step: ``2026-12-04`` -> ``20261204``."""
+    return int(ds.replace("-", ""))
+
+
+def check_days(
+    curated_df: DataFrame,
+    scored_df: DataFrame,
+    counts: Mapping[str, int],
+    workflow: Workflow,
+    *,
+    model_name: str,
+    model_version: str,
+    run_id: str,
+    monitoring_root: str,
+) -> dict[str, dict[str, Any]]:
+    """Each scored day (``counts``: rows per day) against the version's reference: its report
+    written to storage and to the version's run. Returns ``{ds: summary}``."""
+    from mlflow import MlflowClient
+
+    spark = curated_df.sparkSession
+    experiment_id = MlflowClient().get_run(run_id).info.experiment_id
+    reference = load_reference(run_id)
+    names = list(workflow.monitoring.statistics)
+    days: dict[str, dict[str, np.ndarray]] = {ds: {} for ds in counts if counts[ds]}
+    if reference is not None and days:
+        features = _sampled(_statistics_of_rows(curated_df, workflow, [PARTITION_COL]), counts).toArrow()
+        predictions = _sampled(scored_df.select(PARTITION_COL, PREDICTION_COL), counts).toArrow()
+        for table, columns in ((features, names), (predictions, [PREDICTION_COL])):
+            day_of_row = table.column(PARTITION_COL).to_numpy(zero_copy_only=False).astype(str)
+            values = _columns(table, columns)
+            for ds in days:
+                rows = day_of_row == ds
+                days[ds].update({name: column[rows] for name, column in values.items()})
+    summaries = {}
+    for ds, day in sorted(days.items()):
+        folder = f"{monitoring_root.rstrip('/')}/{PARTITION_COL}={ds}"
+        artifact_dir = f"{DRIFT_ARTIFACT_DIR}/{PARTITION_COL}={ds}"
+        summary: dict[str, Any] = {
+            "ds": ds,
+            "model": f"models:/{model_name}/{model_version}",
+            "run_id": run_id,
+            "experiment_id": experiment_id,
+            "rows": counts[ds],
+            "report": f"{folder}/{REPORT_FILE}",
+        }
+        report = None
+        if reference is None:
+            summary.update(outcome=NO_REFERENCE, moved=[], artifact=f"{artifact_dir}/{REPORT_FILE}")
+            payload = dict(summary)
+        else:
+            report = drift.compare(reference, day, false_alarm_rate=workflow.monitoring.false_alarm_rate)
+            summary.update(outcome=report.outcome, moved=list(report.moved), artifact=f"{artifact_dir}/{PLOT_FILE}")
+            payload = {**report.to_json(), **summary}
+        write_json(spark, f"{folder}/{REPORT_FILE}", payload)
+        MlflowClient().log_dict(run_id, payload, f"{artifact_dir}/{REPORT_FILE}")
+        _log_metrics(run_id, ds, payload)
+        if report is not None and reference is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                plot = os.path.join(tmp, PLOT_FILE)
+                drift.plot_report(report, reference, day, plot)
+                MlflowClient().log_artifact(run_id, plot, artifact_dir)
+                copy_from_local(spark, plot, f"{folder}/{PLOT_FILE}")
+        moved = f" ({', '.join(summary['moved'])} moved)" if summary["moved"] else ""
+        log.info("drift check of %s with %s: %s%s", ds, summary["model"], summary["outcome"], moved)
+        summaries[ds] = summary
+    return summaries
+
+
+def _log_metrics(run_id: str, ds: str, payload: dict[str, Any]) -> None:
+    """The day's outcome as the version's run metrics, at step ``yyyymmdd`` and the day's time."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    step = day_step(ds)
+    timestamp = int(dt.datetime.fromisoformat(ds).replace(tzinfo=dt.UTC).timestamp() * 1000)
+    if payload["outcome"] in (drift.DRIFT, drift.NO_DRIFT):
+        client.log_metric(run_id, "drift_detected", float(payload["outcome"] == drift.DRIFT), timestamp, step)
+        client.log_metric(run_id, "drift_statistics_moved", float(len(payload["moved"])), timestamp, step)
+    client.log_metric(run_id, "drift_rows", float(payload["rows"]), timestamp, step)
