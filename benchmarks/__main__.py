@@ -24,6 +24,7 @@ from pathlib import Path
 
 from benchmarks.backfill import BackfillBench
 from benchmarks.core import log
+from benchmarks.drift import DriftBench
 from benchmarks.env import REPO, BenchEnv
 from benchmarks.ingest import IngestBench
 from benchmarks.orchestration import OrchestrationBench
@@ -44,6 +45,7 @@ BENCHMARKS = {
         IngestBench,
         BackfillBench,
         OrchestrationBench,
+        DriftBench,
     )
 }
 

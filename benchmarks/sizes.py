@@ -43,6 +43,12 @@ class Sizes:
     # Robustness: nightly training runs per workflow (a different day and seed each), rows per day.
     robustness_runs: int = 10
     robustness_rows: int = 5000
+    # Drift check: day sizes, fresh references per size, same-distribution days per
+    # reference, rows of a reference's training window.
+    drift_rows: str = "100,1000,100000"
+    drift_references: int = 20
+    drift_days: int = 10
+    drift_reference_rows: int = 20_000
 
 
 PRESETS = {
@@ -71,6 +77,10 @@ PRESETS = {
         backfill_daily_submits=1,
         robustness_runs=1,
         robustness_rows=400,
+        drift_rows="100,1000",
+        drift_references=2,
+        drift_days=3,
+        drift_reference_rows=2000,
     ),
 }
 

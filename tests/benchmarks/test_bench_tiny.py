@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-BENCHMARKS = ("scoring", "training", "training_scaling", "robustness", "ingest", "backfill", "orchestration")
+BENCHMARKS = ("scoring", "training", "training_scaling", "robustness", "ingest", "backfill", "orchestration", "drift")
 # Benchmarks that report tables and plots for a reader, with no target of their own.
-NO_TARGETS = {"training_scaling"}
+NO_TARGETS = {"training_scaling", "drift"}
 # One target per issue item, by a phrase of its label.
 TARGET_PHRASES = (
     "of its ceiling",
