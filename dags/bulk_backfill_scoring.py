@@ -15,28 +15,10 @@ after the others are written, listing both). Nothing is ingested here.
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import Any
-
-from airflow.sdk import DAG, Param, task
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import DAG, Param
 
 from ml_platform import tasks
 from ml_platform.config import PlatformConfig, load_configs
-
-MAX_RANGE_DAYS = 366
-DATE: dict[str, Any] = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
-
-
-@task(task_id="check_range")
-def check_range(start_ds: str, end_ds: str) -> int:
-    """Cross-field rule JSON schema cannot express: a forward range of bounded length."""
-    days = (dt.date.fromisoformat(end_ds) - dt.date.fromisoformat(start_ds)).days + 1
-    if not 1 <= days <= MAX_RANGE_DAYS:
-        raise AirflowFailException(
-            f"end_ds {end_ds} must be on or after start_ds {start_ds}, at most {MAX_RANGE_DAYS} days"
-        )
-    return days
 
 
 def bulk_backfill_scoring(cfg: PlatformConfig) -> DAG:
@@ -48,8 +30,8 @@ def bulk_backfill_scoring(cfg: PlatformConfig) -> DAG:
         schedule=None,
         max_active_runs=1,
         params={
-            "start_ds": Param("2026-01-01", **DATE, title="First day (YYYY-MM-DD)"),
-            "end_ds": Param("2026-01-07", **DATE, title="Last day (YYYY-MM-DD)"),
+            "start_ds": Param("2026-01-01", **tasks.DATE_PARAM, title="First day (YYYY-MM-DD)"),
+            "end_ds": Param("2026-01-07", **tasks.DATE_PARAM, title="Last day (YYYY-MM-DD)"),
             "model_version": Param(
                 None,
                 type=["null", "integer"],
@@ -63,7 +45,7 @@ def bulk_backfill_scoring(cfg: PlatformConfig) -> DAG:
         tags=["ml", cfg.workflow, "scoring", "backfill", "spark"],
     ) as dag:
         check = tasks.check_conf()
-        span = check_range("{{ params.start_ds }}", "{{ params.end_ds }}")
+        span = tasks.check_range("{{ params.start_ds }}", "{{ params.end_ds }}")
         gate = tasks.gate(cfg, version="{{ params.model_version or '' }}")
         score = tasks.score(
             cfg,

@@ -48,7 +48,9 @@ from typing import Any, Final, Literal
 import numpy as np
 from scipy import stats
 
-SUMMARIES = ("mean", "std", "nonzero")
+from ml_contract.workflows import ROW_SUMMARIES
+
+SUMMARIES = ROW_SUMMARIES  # the contract's: what [monitoring] statistics may name
 CONTINUOUS: Final = "continuous"
 CATEGORICAL: Final = "categorical"
 NO_DRIFT, DRIFT, NO_DATA = "no_drift", "drift", "no_data"
@@ -189,14 +191,14 @@ class ReferenceProfile:
     statistics: dict[str, StatisticProfile]
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION, "statistics": {n: s.to_json() for n, s in self.statistics.items()}}
+        return {"format": FORMAT_VERSION, "statistics": {n: s.to_json() for n, s in self.statistics.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReferenceProfile:
         """The profile :meth:`to_json` wrote; ``ValueError`` for another format version or a
         malformed statistic (the file is read back from storage: never trusted blindly)."""
-        if not isinstance(data, Mapping) or data.get("version") != FORMAT_VERSION:
-            version = data.get("version") if isinstance(data, Mapping) else None
+        if not isinstance(data, Mapping) or data.get("format") != FORMAT_VERSION:
+            version = data.get("format") if isinstance(data, Mapping) else None
             raise ValueError(f"reference profile format version {version!r}, this code reads {FORMAT_VERSION}")
         statistics = data.get("statistics")
         if not isinstance(statistics, Mapping) or not statistics:
@@ -390,7 +392,7 @@ class DriftReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "version": FORMAT_VERSION,
+            "format": FORMAT_VERSION,
             "outcome": self.outcome,
             "false_alarm_rate": self.false_alarm_rate,
             "rows": self.rows,
@@ -400,7 +402,7 @@ class DriftReport:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DriftReport:
-        if data.get("version") != FORMAT_VERSION:
+        if data.get("format") != FORMAT_VERSION:
             raise ValueError(f"drift report format version {data.get('version')!r}, this code reads {FORMAT_VERSION}")
         return cls(
             outcome=data["outcome"],

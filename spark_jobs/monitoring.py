@@ -155,6 +155,11 @@ def day_step(ds: str) -> int:
     return int(ds.replace("-", ""))
 
 
+def day_timestamp_ms(ds: str) -> int:
+    """A day's start (UTC) as an MLflow metric timestamp: the day a metric is about, not when it was logged."""
+    return int(dt.datetime.fromisoformat(ds).replace(tzinfo=dt.UTC).timestamp() * 1000)
+
+
 def check_days(
     curated_df: DataFrame,
     scored_df: DataFrame,
@@ -224,8 +229,7 @@ def _log_metrics(run_id: str, ds: str, payload: dict[str, Any]) -> None:
     from mlflow import MlflowClient
 
     client = MlflowClient()
-    step = day_step(ds)
-    timestamp = int(dt.datetime.fromisoformat(ds).replace(tzinfo=dt.UTC).timestamp() * 1000)
+    step, timestamp = day_step(ds), day_timestamp_ms(ds)
     if payload["outcome"] in (drift.DRIFT, drift.NO_DRIFT):
         client.log_metric(run_id, "drift_detected", float(payload["outcome"] == drift.DRIFT), timestamp, step)
         client.log_metric(run_id, "drift_statistics_moved", float(len(payload["moved"])), timestamp, step)

@@ -85,6 +85,22 @@ def parse_ds(value: str) -> str:
     return value
 
 
+def add_days_arguments(parser: argparse.ArgumentParser, what: str = "partition") -> None:
+    """``--ds DAY``, or ``--start-ds`` and ``--end-ds``: the days a job works on."""
+    days = parser.add_mutually_exclusive_group(required=True)
+    days.add_argument("--ds", type=parse_ds, help=f"the one {what}")
+    days.add_argument("--start-ds", type=parse_ds, help=f"first {what} of a range (with --end-ds)")
+    parser.add_argument("--end-ds", type=parse_ds, help=f"last {what} of the range")
+
+
+def resolve_days(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """After :func:`add_days_arguments`: ``args.start_ds`` and ``args.end_ds`` always set."""
+    if args.start_ds and not args.end_ds:
+        parser.error("--start-ds needs --end-ds")
+    if args.ds:
+        args.start_ds = args.end_ds = args.ds
+
+
 def read_partitions(spark: SparkSession, root: str, start_ds: str, end_ds: str) -> DataFrame:
     """Rows of the partitions ``start_ds <= ds <= end_ds``, ``ds`` as a ``YYYY-MM-DD`` string.
 

@@ -21,7 +21,6 @@ written there (``ds=<day>/drift.json``, ``drift.png``) and to the version's MLfl
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import logging
 import sys
@@ -29,7 +28,7 @@ import sys
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ml_contract.layout import PARTITION_COL
+from ml_contract.layout import PARTITION_COL, days_between
 from spark_jobs import monitoring, workflows
 from spark_jobs.features import FEATURES_COL
 from spark_jobs.inference import (
@@ -40,7 +39,7 @@ from spark_jobs.inference import (
     pin_model,
     with_predictions,
 )
-from spark_jobs.partitions import parse_ds, read_partitions, replace_partitions
+from spark_jobs.partitions import add_days_arguments, read_partitions, replace_partitions, resolve_days
 from spark_jobs.schema import ROW_ID_COL
 from spark_jobs.session import build_spark_session, configure_job_logging
 
@@ -95,7 +94,7 @@ def score_partitions(
     """
     curated_df = read_partitions(spark, input_root, start_ds, end_ds)
     rows_in = {r[PARTITION_COL]: r["count"] for r in curated_df.groupBy(PARTITION_COL).count().collect()}
-    expected = _days(start_ds, end_ds)
+    expected = days_between(start_ds, end_ds)
     missing = [ds for ds in expected if ds not in rows_in]
     rows_out: dict[str, int] = {}
     if rows_in:
@@ -131,13 +130,6 @@ def _run_of(model: PinnedModel) -> str:
     return str(MlflowClient().get_model_version(model.name, model.version).run_id)
 
 
-def _days(start_ds: str, end_ds: str) -> list[str]:
-    start, end = dt.date.fromisoformat(start_ds), dt.date.fromisoformat(end_ds)
-    if end < start:
-        raise ValueError(f"end {end_ds} is before start {start_ds}")
-    return [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="models:/<name>/<version> or models:/<name>@<alias>")
@@ -152,15 +144,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--monitoring-data",
         help="drift reports root: each scored day checked against the version's reference (default: no check)",
     )
-    days = parser.add_mutually_exclusive_group(required=True)
-    days.add_argument("--ds", type=parse_ds, help="the one partition to score")
-    days.add_argument("--start-ds", type=parse_ds, help="first partition of a range (with --end-ds)")
-    parser.add_argument("--end-ds", type=parse_ds, help="last partition of the range")
+    add_days_arguments(parser)
     args = parser.parse_args(argv)
-    if args.start_ds and not args.end_ds:
-        parser.error("--start-ds needs --end-ds")
-    if args.ds:
-        args.start_ds = args.end_ds = args.ds
+    resolve_days(parser, args)
     if args.workflow is not None:
         try:
             workflows.load(args.workflow)

@@ -234,6 +234,11 @@ class PlatformConfig(BaseSettings):
         return self.dataset_root("predictions")
 
     @property
+    def labels_root(self) -> str:
+        """Late labels of scored rows, dropped per day (``ds=<day>/*.csv``: ``row_id,<label>``)."""
+        return self.dataset_root("labels")
+
+    @property
     def monitoring_root(self) -> str:
         """The drift reports of the scored days (``ds=<day>/drift.json``, ``drift.png``)."""
         return self.dataset_root("monitoring")

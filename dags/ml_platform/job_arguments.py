@@ -135,6 +135,22 @@ class ScoreArguments(JobArguments):
             raise ValueError("ScoreArguments: give ds, or start_ds and end_ds")
 
 
+@dataclass(frozen=True)
+class FeedbackArguments(JobArguments):
+    """``spark_jobs/entrypoints/feedback.py``: the late labels of scored days (``ds``, or
+    ``start_ds`` and ``end_ds``) against what was scored, a realised metric per version."""
+
+    job: ClassVar[str] = "feedback"
+
+    workflow: Any
+    labels_data: Any
+    scored_data: Any
+    monitoring_data: Any
+    ds: Any = None
+    start_ds: Any = None
+    end_ds: Any = None
+
+
 def as_argument(value: Any) -> Any:
     """Numbers and paths as text; strings and upstream outputs (XComArgs) unchanged."""
     if isinstance(value, (int, float)) or hasattr(value, "__fspath__"):

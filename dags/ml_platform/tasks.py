@@ -18,10 +18,16 @@ from airflow.sdk import DAG, Asset, PokeReturnValue, TaskGroup, XComArg, chain, 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ml_platform.config import DEFAULT_ARGS, PORTABLE_SPARK_CONF, PlatformConfig
-from ml_platform.job_arguments import IngestArguments, RegisterArguments, ScoreArguments, TrainArguments
+from ml_platform.job_arguments import (
+    FeedbackArguments,
+    IngestArguments,
+    RegisterArguments,
+    ScoreArguments,
+    TrainArguments,
+)
 from ml_platform.partitions import MACROS, RUN_KEY, RUN_TIME
 from ml_platform.workflows import workflow as workflow_info
-from ml_registry.drift_check import DriftCheckOperator
+from ml_registry.drift_check import DriftCheckOperator, LabelCheckOperator
 from ml_registry.spark_submit import MlflowSparkSubmitOperator
 
 if TYPE_CHECKING:
@@ -528,29 +534,71 @@ def score(
             storage_conn_id=cfg.storage_conn_id or None,
             mlflow_conn_id=cfg.mlflow_conn_id,
         )
-        writer >> check >> signal_drift(cfg, check.output)
+        writer >> check >> signal_evidence(cfg, check.output, task_id="signal_drift", reason="drift")
     return group
 
 
-def signal_drift(cfg: PlatformConfig, check: Any) -> XComArg:
-    """The retraining evidence Asset event when a checked day drifted; skipped otherwise."""
+def label_feedback(cfg: PlatformConfig, *, start_ds: Any, end_ds: Any) -> list[BaseOperator | XComArg]:
+    """The late labels of ``start_ds..end_ds`` against what was scored (a Spark job), the
+    reports read (``check_labels``) and the evidence signalled when a day degraded."""
+    arguments = FeedbackArguments(
+        workflow=cfg.workflow,
+        labels_data=cfg.labels_root,
+        scored_data=cfg.predictions_root,
+        monitoring_data=cfg.monitoring_root,
+        start_ds=start_ds,
+        end_ds=end_ds,
+    )
+    job = spark_job(cfg, task_id="realised_metric", job="feedback", args=arguments.argv())
+    check = LabelCheckOperator(
+        task_id="check_labels",
+        monitoring_root=cfg.object_storage_uri(cfg.monitoring_root),
+        start_ds=start_ds,
+        end_ds=end_ds,
+        storage_conn_id=cfg.storage_conn_id or None,
+        mlflow_conn_id=cfg.mlflow_conn_id,
+    )
+    signal = signal_evidence(cfg, check.output, task_id="signal_degradation", reason="realised_metric")
+    return [job, check, signal]
 
-    @task(task_id="signal_drift", outlets=[evidence_asset(cfg)])
+
+def signal_evidence(cfg: PlatformConfig, check: Any, *, task_id: str, reason: str) -> XComArg:
+    """The retraining evidence Asset event when a checked day was flagged (the check's
+    ``drifted`` days: drift, or a degraded realised metric); skipped otherwise."""
+
+    @task(task_id=task_id, outlets=[evidence_asset(cfg)])
     def signal(result: dict, **context: Any) -> dict:
-        drifted = result.get("drifted") or []
-        if not drifted:
-            raise AirflowSkipException(f"no drift on {', '.join(result.get('days', {})) or 'no day'}: no evidence")
+        flagged = result.get("drifted") or []
+        if not flagged:
+            checked = ", ".join(result.get("days", {})) or "no day"
+            raise AirflowSkipException(f"nothing flagged ({reason}) on {checked}: no evidence for a retraining")
         days = result["days"]
         evidence = {
-            "reason": "drift",
-            "days": sorted(drifted),
-            "moved": {ds: days[ds]["moved"] for ds in drifted},
-            "model": days[drifted[0]]["model"],
+            "reason": reason,
+            "days": sorted(flagged),
+            "moved": {ds: days[ds]["moved"] for ds in flagged},
+            "model": days[flagged[0]]["model"],
         }
         context["outlet_events"][evidence_asset(cfg)].extra = evidence
         return evidence
 
     return signal(check)
+
+
+# A day as a run parameter: JSON schema's date, the form's date picker, YYYY-MM-DD only.
+DATE_PARAM: dict[str, Any] = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
+MAX_RANGE_DAYS = 366
+
+
+@task(task_id="check_range")
+def check_range(start_ds: str, end_ds: str) -> int:
+    """Cross-field rule JSON schema cannot express: a forward range of bounded length."""
+    days = (date.fromisoformat(end_ds) - date.fromisoformat(start_ds)).days + 1
+    if not 1 <= days <= MAX_RANGE_DAYS:
+        raise AirflowFailException(
+            f"end_ds {end_ds} must be on or after start_ds {start_ds}, at most {MAX_RANGE_DAYS} days"
+        )
+    return days
 
 
 @task(task_id="check_conf")

@@ -60,7 +60,8 @@ backfills) is shared code that reads it. Keys:
     names, default all; a tensor layout's row summaries ``mean``, ``std``, ``nonzero``,
     default all three; the predictions always), ``tolerance`` (how much worse than the
     version's held-out metric a day's realised metric, from late labels, may be; default the
-    promotion tolerance), ``retrain_window_days`` (the window a retraining on evidence trains
+    promotion tolerance), ``min_labels`` (the fewest labelled rows of a day and version whose
+    realised metric is judged; default 100), ``retrain_window_days`` (the window a retraining on evidence trains
     on; default the nightly's), ``cooldown_days`` (after a retraining on evidence, evidence
     from the next days starts none; default 7) and ``shadow`` (default false: score the
     challenger beside the champion).
@@ -375,6 +376,7 @@ class Monitoring:
     false_alarm_rate: float
     statistics: tuple[str, ...]
     tolerance: float
+    min_labels: int
     retrain_window_days: int | None
     cooldown_days: int
     shadow: bool
@@ -541,6 +543,7 @@ class _Monitoring(_Table):
         None, min_length=1, description="a non-empty list of names", validate_default=False
     )
     tolerance: StrictFloat | None = Field(None, ge=0)
+    min_labels: StrictInt = Field(100, ge=1)
     retrain_window_days: StrictInt | None = Field(None, ge=1, le=90)
     cooldown_days: StrictInt = Field(7, ge=0, le=365)
     shadow: StrictBool = False
@@ -553,6 +556,7 @@ class _Monitoring(_Table):
             false_alarm_rate=self.false_alarm_rate,
             statistics=tuple(statistics),
             tolerance=promotion.tolerance if self.tolerance is None else self.tolerance,
+            min_labels=self.min_labels,
             retrain_window_days=self.retrain_window_days,
             cooldown_days=self.cooldown_days,
             shadow=self.shadow,

@@ -1,38 +1,35 @@
-"""The drift check of a scoring run: what each scored day's report says, in Airflow's terms.
+"""The checks of what was scored: each day's report, in Airflow's terms.
 
 The score job compares every day it writes with the pinned version's reference profile and
-writes ``<monitoring root>/ds=<day>/drift.json`` (``spark_jobs/monitoring.py``); this task
-reads those reports, logs each day's outcome and what moved, and returns them (the XCom the
-retraining evidence and the "Drift report" link read). It reads files only: no Spark job, no
-model, a second or so after the scoring.
+writes ``<monitoring root>/ds=<day>/drift.json`` (``spark_jobs/monitoring.py``); the label
+feedback job writes ``labels.json`` beside it (``spark_jobs/feedback.py``). These tasks read
+those reports, log each day's outcome and what moved, and return them (the XCom the
+retraining evidence and the "Drift report" link read). They read files only: no Spark job,
+no model, a second or so after the job.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from ml_contract.layout import days_between
 from ml_registry.hooks import MlflowRegistryHook
-from ml_registry.links import DriftReportLink
+from ml_registry.links import DriftReportLink, LabelReportLink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 DRIFT, NO_DRIFT = "drift", "no_drift"
+DEGRADED = "degraded"
 
 
-def days_between(start_ds: str, end_ds: str) -> list[str]:
-    start, end = dt.date.fromisoformat(start_ds), dt.date.fromisoformat(end_ds)
-    return [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
-
-
-def summarise(reports: dict[str, dict[str, Any]], ui_url: str) -> dict[str, Any]:
+def summarise(reports: dict[str, dict[str, Any]], ui_url: str, flagged: str = DRIFT) -> dict[str, Any]:
     """The check's return value: each day's outcome, what moved and where its report is; the
-    days that drifted, most statistics moved first."""
+    days whose outcome is ``flagged`` (``drifted``), most statistics moved first."""
     days: dict[str, dict[str, Any]] = {
         ds: {
             "outcome": report.get("outcome"),
@@ -67,6 +64,7 @@ class DriftCheckOperator(BaseOperator):
     template_fields: Sequence[str] = ("monitoring_root", "start_ds", "end_ds")
     operator_extra_links = (DriftReportLink(),)
     ui_color = "#fdf2e0"
+    report_file, flagged, what = "drift.json", DRIFT, "drift report"
 
     def __init__(
         self,
@@ -92,7 +90,7 @@ class DriftCheckOperator(BaseOperator):
         missing = []
         for ds in days_between(self.start_ds, self.end_ds or self.start_ds):
             path = ObjectStoragePath(
-                f"{self.monitoring_root.rstrip('/')}/ds={ds}/drift.json", conn_id=self.storage_conn_id
+                f"{self.monitoring_root.rstrip('/')}/ds={ds}/{self.report_file}", conn_id=self.storage_conn_id
             )
             if not path.exists():
                 missing.append(f"{ds} ({path})")
@@ -100,10 +98,18 @@ class DriftCheckOperator(BaseOperator):
             reports[ds] = json.loads(path.read_text())
         if missing:
             raise FileNotFoundError(
-                f"no drift report for {', '.join(missing)}: was the day scored with its drift check?"
+                f"no {self.what} for {', '.join(missing)}: did the job before this task judge the day?"
             )
-        result = summarise(reports, MlflowRegistryHook(self.mlflow_conn_id).ui_url)
+        result = summarise(reports, MlflowRegistryHook(self.mlflow_conn_id).ui_url, self.flagged)
         for ds, day in result["days"].items():
             moved = f": {', '.join(day['moved'])} moved" if day["moved"] else ""
             self.log.info("%s scored by %s: %s%s (%s rows)", ds, day["model"], day["outcome"], moved, day["rows"])
         return result
+
+
+class LabelCheckOperator(DriftCheckOperator):
+    """Read the label feedback reports (``labels.json``) of the days ``start_ds..end_ds``:
+    a day is flagged ``degraded`` when a version's realised metric fell past the tolerance."""
+
+    operator_extra_links = (LabelReportLink(),)
+    report_file, flagged, what = "labels.json", DEGRADED, "label feedback report"

@@ -87,3 +87,9 @@ class DriftReportLink(BaseOperatorLink):
         if getattr(ti_key, "state", None) not in (None, "success"):
             return ""
         return link_from_drift_check(XCom.get_value(ti_key=ti_key, key="return_value"))
+
+
+class LabelReportLink(DriftReportLink):
+    """ "Label feedback report": the day's realised-metric report among the version's artifacts."""
+
+    name = "Label feedback report"

@@ -158,6 +158,31 @@ def test_every_scoring_run_is_checked_for_drift_and_can_signal_it(dagbag, kind):
         assert [a.name for a in retrain.timetable.asset_condition.objects] == [evidence[0].name]
 
 
+def test_late_labels_are_judged_then_checked_then_signalled(dagbag):
+    """The label feedback job reads the day's labels and predictions and writes labels.json
+    under the monitoring root; its check reads them; its signal updates the same evidence
+    Asset as drift does."""
+    from ml_registry.drift_check import LabelCheckOperator
+
+    for workflow in declared():
+        dag = dagbag.dags[f"{workflow}_label_feedback"]
+        order = ["check_conf", "check_range", "realised_metric", "check_labels", "signal_degradation"]
+        for upstream, downstream in zip(order, order[1:], strict=False):
+            assert upstream in dag.get_task(downstream).upstream_task_ids, (upstream, downstream)
+        args = dag.get_task("realised_metric").application_args
+        for flag, dataset in (
+            ("--labels-data", "labels"),
+            ("--scored-data", "predictions"),
+            ("--monitoring-data", "monitoring"),
+        ):
+            assert args[args.index(flag) + 1].endswith(f"/{dataset}/{workflow}"), args
+        check = dag.get_task("check_labels")
+        assert isinstance(check, LabelCheckOperator) and check.report_file == "labels.json"
+        (evidence,) = dag.get_task("signal_degradation").outlets
+        assert evidence.name.endswith(".retraining_evidence")
+        assert set(dag.params.keys()) == {"start_ds", "end_ds"} and dag.schedule is None
+
+
 def test_retraining_on_evidence_trains_registers_and_publishes(dagbag):
     dag = dagbag.dags["mnist_retrain_on_drift"]
     order = ["check_evidence", "train_model", "register_model", "publish_champion"]

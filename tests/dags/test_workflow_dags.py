@@ -16,8 +16,9 @@ DAG_KINDS = (
     "score_on_new_champion",
     "train_on_demand",
     "retrain_on_drift",
+    "label_feedback",
 )
-SPARK_JOBS = {"ingest_raw_drop", "train_model", "register_model", "score_partition", "score_range"}
+SPARK_JOBS = {"ingest_raw_drop", "train_model", "register_model", "score_partition", "score_range", "realised_metric"}
 
 
 def declaration(name: str) -> dict:

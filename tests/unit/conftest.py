@@ -22,3 +22,22 @@ def registry_client(request, tmp_path_factory):
 
     with registry_store(request.param, tmp_path_factory.mktemp(f"registry-{request.param}"), request) as uri:
         yield MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+@pytest.fixture(scope="module", params=STORES)
+def mlflow_experiment(request, tmp_path_factory):
+    """An experiment on a fresh MLflow store of each kind (SQLite, then PostgreSQL), with
+    that store as this process's tracking URI for the module: the jobs' code reaches it
+    through the environment, as under spark-submit. Yields the experiment id."""
+    import mlflow
+
+    folder = tmp_path_factory.mktemp(f"mlflow-{request.param}")
+    with registry_store(request.param, folder, request) as uri:
+        mp = pytest.MonkeyPatch()
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mlflow.set_tracking_uri(uri)
+        try:
+            yield mlflow.create_experiment(request.module.__name__, artifact_location=(folder / "artifacts").as_uri())
+        finally:
+            mlflow.set_tracking_uri(None)
+            mp.undo()

@@ -192,7 +192,7 @@ def test_a_reference_is_built_from_clean_values_only():
 # --- formats ----------------------------------------------------------------------------
 def test_reference_and_report_survive_json(reference):
     text = json.dumps(reference.to_json())
-    assert json.loads(text)["version"] == drift.FORMAT_VERSION
+    assert json.loads(text)["format"] == drift.FORMAT_VERSION
     assert drift.ReferenceProfile.from_json(json.loads(text)) == reference
     rng = np.random.default_rng(2)
     report = drift.compare(reference, {"x": rng.normal(size=50), "pred": rng.integers(0, 3, 50)}, false_alarm_rate=RATE)
@@ -209,7 +209,7 @@ def test_a_profile_of_ten_statistics_over_100000_rows_is_under_100_kb():
 @pytest.mark.parametrize(
     "mangle, message",
     [
-        (lambda d: {**d, "version": 2}, "format version 2"),
+        (lambda d: {**d, "format": 2}, "format version 2"),
         (lambda d: {**d, "statistics": {"x": {**d["statistics"]["x"], "count": 3}}}, "quantiles for 3 values"),
         (
             lambda d: {

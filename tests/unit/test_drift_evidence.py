@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from ml_registry.drift_check import DriftCheckOperator, days_between, summarise
-from ml_registry.links import link_from_drift_check, run_artifact_url
 from retrain_on_drift import evidence_days, recent_retraining
+
+from ml_contract.layout import days_between
+from ml_registry.drift_check import DriftCheckOperator, summarise
+from ml_registry.links import link_from_drift_check, run_artifact_url
 
 UI = "http://127.0.0.1:5000"
 

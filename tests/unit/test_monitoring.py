@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from registry_stores import STORES, registry_store
 from spark_jobs import monitoring, workflows
 from spark_jobs.dataset import filter_holdout_rows
 from spark_jobs.inference import pin_model, with_predictions
@@ -29,23 +28,6 @@ DIABETES, MNIST = workflows.load("diabetes"), workflows.load("mnist")
 WINDOW = ("2026-11-01", "2026-11-02", "2026-11-03")
 SAME, SHIFTED = "2026-11-04", "2026-11-05"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module", params=STORES)
-def tracking(request, tmp_path_factory):
-    """MLflow on a fresh store of each kind, as this process's tracking URI (the jobs' code
-    reaches it through the environment, as under spark-submit)."""
-    import mlflow
-
-    folder = tmp_path_factory.mktemp(f"monitoring-{request.param}")
-    with registry_store(request.param, folder, request) as uri:
-        mp = pytest.MonkeyPatch()
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mlflow.set_tracking_uri(uri)
-        experiment_id = mlflow.create_experiment("monitoring", artifact_location=(folder / "artifacts").as_uri())
-        yield experiment_id
-        mlflow.set_tracking_uri(None)
-        mp.undo()
 
 
 def write_day(root: Path, workflow: workflows.Workflow, ds: str, rows: int, shift=None) -> None:
@@ -104,7 +86,7 @@ def bmi_rescaled(rows: np.ndarray) -> np.ndarray:
     ids=["diabetes-bmi-rescaled", "mnist-inverted"],
 )
 def test_a_shifted_day_is_flagged_naming_what_moved_and_a_day_like_the_window_is_not(
-    spark, tmp_path, tracking, workflow, rows, shift, moved
+    spark, tmp_path, mlflow_experiment, workflow, rows, shift, moved
 ):
     from mlflow import MlflowClient
 
@@ -113,7 +95,7 @@ def test_a_shifted_day_is_flagged_naming_what_moved_and_a_day_like_the_window_is
         write_day(curated, workflow, ds, rows)
     write_day(curated, workflow, SAME, rows)
     write_day(curated, workflow, SHIFTED, rows, shift)
-    run_id, uri = profiled_version(spark, tracking, workflow, str(curated), f"watched_{workflow.name}")
+    run_id, uri = profiled_version(spark, mlflow_experiment, workflow, str(curated), f"watched_{workflow.name}")
     reference = MlflowClient().download_artifacts(run_id, monitoring.REFERENCE_ARTIFACT, str(tmp_path))
     assert Path(reference).stat().st_size < 100_000  # kilobytes, whatever the window's rows
 
@@ -140,12 +122,12 @@ def test_a_shifted_day_is_flagged_naming_what_moved_and_a_day_like_the_window_is
     assert history == {monitoring.day_step(SAME): 0.0, monitoring.day_step(SHIFTED): 1.0}
 
 
-def test_a_version_without_a_reference_scores_and_says_so(spark, tmp_path, tracking):
+def test_a_version_without_a_reference_scores_and_says_so(spark, tmp_path, mlflow_experiment):
     """A version registered before profiles existed: its days are scored as always, and
     reported as unchecked (``no_reference``), not as drift."""
     curated = tmp_path / "curated"
     write_day(curated, DIABETES, SAME, 50)
-    _, uri = registered_version(tracking, DIABETES, "unprofiled_diabetes")
+    _, uri = registered_version(mlflow_experiment, DIABETES, "unprofiled_diabetes")
     monitoring_root = tmp_path / "monitoring"
     report = score_partitions(
         spark, pin_model(uri), DIABETES, str(curated), str(tmp_path / "scored"), SAME, SAME,
@@ -156,9 +138,9 @@ def test_a_version_without_a_reference_scores_and_says_so(spark, tmp_path, track
     assert json.loads((monitoring_root / f"ds={SAME}" / "drift.json").read_text())["outcome"] == "no_reference"
 
 
-def test_without_a_monitoring_root_nothing_is_checked(spark, tmp_path, tracking):
+def test_without_a_monitoring_root_nothing_is_checked(spark, tmp_path, mlflow_experiment):
     curated = tmp_path / "curated"
     write_day(curated, DIABETES, SAME, 20)
-    _, uri = registered_version(tracking, DIABETES, "unwatched_diabetes")
+    _, uri = registered_version(mlflow_experiment, DIABETES, "unwatched_diabetes")
     report = score_partitions(spark, pin_model(uri), DIABETES, str(curated), str(tmp_path / "scored"), SAME, SAME)
     assert "drift" not in report and report["written"] == {SAME: 20}

@@ -103,6 +103,7 @@ def test_monitoring_defaults_follow_the_layout_and_the_promotion_rule():
         assert monitoring.drift and monitoring.statistics == statistics
         assert (monitoring.false_alarm_rate, monitoring.cooldown_days, monitoring.shadow) == (0.01, 7, False)
         assert monitoring.tolerance == data["promotion"]["tolerance"] and monitoring.retrain_window_days is None
+        assert monitoring.min_labels == 100
 
 
 @pytest.mark.parametrize(
@@ -116,6 +117,7 @@ def test_monitoring_defaults_follow_the_layout_and_the_promotion_rule():
         ("mnist", {"false_alarm_rate": 0}, r"'false_alarm_rate' is 0, allowed: > 0 and <= 0.2"),
         ("mnist", {"drift": "yes"}, r"'drift' must be true or false, got 'yes'"),
         ("mnist", {"cooldown_days": -1}, r"'cooldown_days' is -1, allowed: >= 0 and <= 365"),
+        ("mnist", {"min_labels": 0}, r"'min_labels' is 0, allowed: >= 1"),
         ("mnist", {"retrain_window_days": 0}, r"'retrain_window_days' is 0, allowed: >= 1 and <= 90"),
         ("mnist", {"tolerance": float("nan")}, r"'tolerance' is nan, allowed: >= 0"),
         ("mnist", {"cooldown": 3}, r"\[monitoring\]: unknown key 'cooldown', allowed: drift, false_alarm_rate"),
