@@ -12,6 +12,9 @@
   Arrow batch; **closure UDF**: a model captured from the driver in the UDF's closure.
   Both are read -> UDF -> write jobs over the ``features`` column that do less than the
   score job (no counts).
+- **score job with its drift check**: the same job given ``--monitoring-data`` (as every
+  DAG runs it), the model's reference profile logged first: what checking each scored day
+  against the version's reference costs (target: at most 10 % of the score job).
 - **no-op mapInArrow** (diagnostic): the score job's data path with a function that
   returns nothing useful: what moving the dense column from Parquet through the JVM to
   Arrow and back costs.
@@ -48,6 +51,8 @@ MAIN_DS, TUNE_DS, NAIVE_DS, WARM_DS = "2026-10-01", "2026-10-02", "2026-10-03", 
 OTHER_WORKFLOWS = ("diabetes",)
 OTHER_DS = "2026-10-05"
 CEILING_TARGET = 0.8
+# The drift check may cost at most 10 % of the scoring job: watched / plain rows/s >= 1 / 1.1.
+DRIFT_CHECK_SHARE = 0.10
 WARM_ROWS = 2000
 ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 TASK_CPUS = "spark.task.cpus"
@@ -112,18 +117,70 @@ class ScoringBench(Benchmark):
         return self.root / name / "curated", self.root / name / "predictions"
 
     # --- the measured variants ------------------------------------------------------
-    def score_job_seconds(self, spark, ds: str, name: str = MODEL_WORKFLOW) -> float:
+    def score_job_seconds(self, spark, ds: str, name: str = MODEL_WORKFLOW, *, watched: bool = False) -> float:
+        """The score job on day ``ds``; ``watched``: with its drift check, as the DAGs run it."""
         from spark_jobs.inference import pin_model
         from spark_jobs.score import score_partitions
 
         curated, scored = self.folders(name)
+        monitoring_root = str(self.root / name / "monitoring") if watched else None
         started = time.perf_counter()
         model = pin_model(self.env.model_uri(name))
-        report = score_partitions(spark, model, workflow(name), str(curated), str(scored), ds, ds)
+        report = score_partitions(
+            spark, model, workflow(name), str(curated), str(scored), ds, ds, monitoring_root=monitoring_root
+        )
         seconds = time.perf_counter() - started
         if report["written"] != report["rows_in"]:
             raise RuntimeError(f"score job wrote {report['written']}, read {report['rows_in']}")
+        if watched and report["drift"][ds]["outcome"] not in ("drift", "no_drift"):
+            raise RuntimeError(f"the drift check did not judge {ds}: {report['drift'][ds]}")
         return seconds
+
+    def log_reference(self, spark, ds: str, name: str = MODEL_WORKFLOW) -> None:
+        """The reference profile the register job would log for the benchmark's model: its
+        statistics over day ``ds`` and its predictions there."""
+        from mlflow import MlflowClient
+
+        from spark_jobs import monitoring
+        from spark_jobs.inference import pin_model, with_predictions
+        from spark_jobs.partitions import read_partitions
+
+        model = pin_model(self.env.model_uri(name))
+        window_df = read_partitions(spark, str(self.folders(name)[0]), ds, ds)
+        profile = monitoring.reference_profile(
+            window_df, with_predictions(window_df, model.uri, workflow(name)), workflow(name)
+        )
+        client = MlflowClient()
+        monitoring.log_reference(client, client.get_model_version(model.name, model.version).run_id, profile)
+
+    def drift_check(self, spark, ds: str, rows: int, name: str = MODEL_WORKFLOW) -> None:
+        """The score job with and without its drift check, interleaved, on the same day."""
+        s, r = self.sizes, self.result
+        suffix = "" if name == MODEL_WORKFLOW else f"_{name}"
+        self.log_reference(spark, ds, name)
+        self.score_job_seconds(spark, ds, name, watched=True)  # warm-up: matplotlib, the reference download
+        plain, watched = [], []
+        for _ in range(s.repeats):
+            plain.append(rows / self.score_job_seconds(spark, ds, name))
+            watched.append(rows / self.score_job_seconds(spark, ds, name, watched=True))
+        r.add(f"score_job_plain{suffix}", f"score job without its drift check, {name}", "rows/s", plain)
+        r.add(
+            f"score_job_watched{suffix}",
+            f"score job with its drift check (report, plot, MLflow), {name}",
+            "rows/s",
+            watched,
+            note=f"{rows:,} rows, interleaved with the runs without",
+        )
+        label = f"score job with drift check / without, {name}"
+        r.ratios.append(Ratio(f"score_job_watched{suffix}", f"score_job_plain{suffix}", label))
+        r.targets.append(
+            Target(
+                f"drift check <= {DRIFT_CHECK_SHARE:.0%} of the score job, {name}",
+                label,
+                ">=",
+                1 / (1 + DRIFT_CHECK_SHARE),
+            )
+        )
 
     def udf_job_seconds(self, spark, ds: str, udf, name: str = MODEL_WORKFLOW) -> float:
         """read -> ``udf`` (a column function, or a ``mapInArrow`` function) -> write Parquet:
@@ -255,6 +312,9 @@ class ScoringBench(Benchmark):
         )
         for name in OTHER_WORKFLOWS:
             self.other_workflow_job(spark, name)
+        self.drift_check(spark, MAIN_DS, main_rows)
+        for name in OTHER_WORKFLOWS:
+            self.drift_check(spark, OTHER_DS, s.score_rows, name)
         self.env.stop_spark()
 
         submits = [self.env.submit_job("score", self.score_args(MAIN_DS), conf=chosen) for _ in range(s.e2e_repeats)]

@@ -72,6 +72,10 @@ def summarize(stack: LocalStack, workflow: str, ds: str) -> dict:
             outcome = f"there is no champion, so ds {ds} was not scored"
         raise NotPromoted(f"{workflow}: {about}; {outcome}")
     metric = champion.tags.get("holdout_metric", "accuracy")
+    drift_report = (
+        Path(PlatformConfig.partition_path(str(stack.storage_root / "monitoring" / workflow), ds)) / "drift.json"
+    )
+    drift = json.loads(drift_report.read_text()) if drift_report.exists() else {"outcome": "not checked", "moved": []}
     return {
         "workflow": workflow,
         "partition": ds,
@@ -82,6 +86,8 @@ def summarize(stack: LocalStack, workflow: str, ds: str) -> dict:
         "scored_partition": str(scored_dir),
         "scored_rows": scored_rows,
         "scored_versions": scored_versions,
+        "drift_check": drift["outcome"] + (f": {', '.join(drift['moved'])} moved" if drift["moved"] else ""),
+        "drift_report": str(drift_report),
     }
 
 

@@ -491,10 +491,12 @@ def plot_report(
     path: str | Path,
     *,
     most: int = 4,
+    title: str = "",
 ) -> None:
     """A PNG of the ``most`` most-shifted statistics of ``report``: for a continuous one the
     day's ECDF against the reference's (drawn from its quantiles), for a class statistic the
-    class shares side by side; each titled with its effect, p-value and threshold."""
+    class shares side by side; each titled with its effect, p-value and threshold, the figure
+    with ``title`` (the day and the model, say) and the outcome."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -533,5 +535,6 @@ def plot_report(
         )
         axes.set_xlabel(f"{test.name} (day n={test.day_count:,})")
         axes.legend(fontsize=7)
-    figure.suptitle(f"{report.outcome} at false-alarm rate {report.false_alarm_rate:g}", fontsize=10)
+    heading = f"{report.outcome} at false-alarm rate {report.false_alarm_rate:g}"
+    figure.suptitle(f"{title}: {heading}" if title else heading, fontsize=10)
     figure.savefig(Path(path), format="png", dpi=100)

@@ -215,7 +215,7 @@ def check_days(
         if report is not None and reference is not None:
             with tempfile.TemporaryDirectory() as tmp:
                 plot = os.path.join(tmp, PLOT_FILE)
-                drift.plot_report(report, reference, day, plot)
+                drift.plot_report(report, reference, day, plot, title=f"{ds} scored by {summary['model']}")
                 MlflowClient().log_artifact(run_id, plot, artifact_dir)
                 copy_from_local(spark, plot, f"{folder}/{PLOT_FILE}")
         moved = f" ({', '.join(summary['moved'])} moved)" if summary["moved"] else ""

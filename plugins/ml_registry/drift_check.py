@@ -42,9 +42,8 @@ def summarise(reports: dict[str, dict[str, Any]], ui_url: str, flagged: str = DR
         }
         for ds, report in sorted(reports.items())
     }
-    drifted = sorted(
-        (ds for ds, day in days.items() if day["outcome"] == DRIFT), key=lambda ds: -len(days[ds]["moved"])
-    )
+    moved = {ds: len(day["moved"]) for ds, day in days.items() if day["outcome"] == flagged}
+    drifted = sorted(moved, key=lambda ds: -moved[ds])
     return {"ui_url": ui_url, "days": days, "drifted": drifted}
 
 

@@ -10,7 +10,7 @@ import pytest
 from retrain_on_drift import evidence_days, recent_retraining
 
 from ml_contract.layout import days_between
-from ml_registry.drift_check import DriftCheckOperator, summarise
+from ml_registry.drift_check import DriftCheckOperator, LabelCheckOperator, summarise
 from ml_registry.links import link_from_drift_check, run_artifact_url
 
 UI = "http://127.0.0.1:5000"
@@ -66,6 +66,28 @@ def test_a_scored_day_without_its_report_fails_the_check_naming_it(reports):
     )
     with pytest.raises(FileNotFoundError, match=r"no drift report for 2026-11-07 \(.*ds=2026-11-07/drift.json\)"):
         check.execute({})  # type: ignore[arg-type]
+
+
+def test_the_label_check_flags_degraded_days_and_links_to_their_report(tmp_path):
+    for ds, outcome in (
+        ("2026-11-04", "within_tolerance"),
+        ("2026-11-05", "degraded"),
+        ("2026-11-06", "too_few_labels"),
+    ):
+        (tmp_path / f"ds={ds}").mkdir()
+        judged = {**report(outcome, ["realised accuracy"] if outcome == "degraded" else [], ds)}
+        judged["artifact"] = f"monitoring/labels/ds={ds}/labels.json"
+        (tmp_path / f"ds={ds}" / "labels.json").write_text(json.dumps(judged))
+    check = LabelCheckOperator(
+        task_id="check_labels", monitoring_root=tmp_path.as_uri(), start_ds="2026-11-04", end_ds="2026-11-06"
+    )
+    result = check.execute({})  # type: ignore[arg-type]
+    assert result["drifted"] == ["2026-11-05"] and [link.name for link in check.operator_extra_links] == [
+        "Label feedback report"
+    ]
+    assert link_from_drift_check(result).endswith("/artifactPath/monitoring/labels/ds%3D2026-11-05/labels.json")
+    with pytest.raises(FileNotFoundError, match=r"no label feedback report for 2026-11-07"):
+        LabelCheckOperator(task_id="check_labels", monitoring_root=tmp_path.as_uri(), start_ds="2026-11-07").execute({})  # type: ignore[arg-type]
 
 
 def test_a_quiet_day_links_to_its_own_report_and_nothing_links_to_nowhere():

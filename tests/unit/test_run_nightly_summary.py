@@ -5,6 +5,7 @@ rule's reason and what scored the day, and no traceback."""
 
 from __future__ import annotations
 
+import json
 import types
 
 import pyarrow as pa
@@ -54,6 +55,12 @@ def test_a_promoted_nightly_is_summarised(registry):
     summary = run_nightly.summarize(stack, "mnist", DS)
     assert summary["model"] == f"models:/{MODEL}/{mine}"
     assert (summary["holdout_accuracy"], summary["best_epoch"], summary["scored_rows"]) == ("0.970000", "6", 3)
+    assert summary["drift_check"] == "not checked"
+    report = stack.storage_root / "monitoring" / "mnist" / f"ds={DS}" / "drift.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"outcome": "drift", "moved": ["mean", "prediction"]}))
+    summary = run_nightly.summarize(stack, "mnist", DS)
+    assert (summary["drift_check"], summary["drift_report"]) == ("drift: mean, prediction moved", str(report))
 
 
 def test_a_refused_version_without_a_champion_is_one_line_naming_version_metric_and_reason(registry):

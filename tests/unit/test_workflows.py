@@ -101,7 +101,7 @@ def test_monitoring_defaults_follow_the_layout_and_the_promotion_rule():
         data.pop("monitoring", None)
         monitoring = parse_workflow(data, f"workflow {name}.toml").monitoring
         assert monitoring.drift and monitoring.statistics == statistics
-        assert (monitoring.false_alarm_rate, monitoring.cooldown_days, monitoring.shadow) == (0.01, 7, False)
+        assert (monitoring.false_alarm_rate, monitoring.cooldown_days) == (0.01, 7)
         assert monitoring.tolerance == data["promotion"]["tolerance"] and monitoring.retrain_window_days is None
         assert monitoring.min_labels == 100
 
