@@ -22,7 +22,9 @@ handles partition `ds=2026-11-28` (see `ml_platform/partitions.py`).
    `ml_registry`, one slot: never two registrations at once).
 4. **publish_champion**: updates the champion Asset when (and only when) step 3 promoted.
 5. **gate_model**: resolves `champion` once, checks it, and pins `models:/<name>/<version>`.
-6. **score_partition**: batch predictions for the day with exactly that version.
+6. **score_partition**: batch predictions for the day with exactly that version;
+   **check_drift** / **signal_drift**: the day against the version's reference profile,
+   the retraining evidence when it drifted (docs/monitoring.md).
 
 Every computing step is a `spark-submit` through the `spark_default` connection (or an
 Azure Synapse Spark batch job, `ML_SPARK_SUBMIT_TARGET=synapse`); MLflow is reached through
@@ -49,7 +51,9 @@ def nightly_retrain(cfg: PlatformConfig) -> DAG:
         description=f"nightly ingest, train, register ({info.metric_goal}), gate and score",
         doc_md=__doc__,
         schedule=CronTriggerTimetable(NIGHTLY_CRON, timezone="UTC"),
-        max_active_runs=1,
+        # Two: a run still waiting for its day's drop (up to the deadline) never holds back a
+        # run whose drop is there, a hand-triggered one or the next night's.
+        max_active_runs=2,
         tags=["ml", cfg.workflow, "training", "scoring", "spark", "horovod"],
     ) as dag:
         receive = tasks.receive_raw_drop(cfg, PARTITION_DS)

@@ -10,22 +10,19 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import urllib.request
 
 import psutil
 import pyarrow.dataset as pads
 import pytest
 from platform_stack import AIRFLOW_PORT_VAR, MLFLOW_PORT_VAR
-from platform_support import expect, output
-from quick_models import register_quick_champion
+from platform_support import MODEL, expect, finished, output, task_states
 
 from local_stack import REPO, is_loopback, wait_until
 from ml_contract.workflows import LOSSES
 
 VARIABLE = "platform_test_kept_across_restarts"
 SCORING = "mnist_batch_scoring"
-ROWS = 500
 
 
 def alive(pid: int) -> bool:
@@ -111,19 +108,23 @@ def readme_block(after: str) -> str:
 
 
 README_DAYS = ["2026-11-01", "2026-11-02", "2026-11-03"]
+README_ROWS = 5000
+NIGHTLY = "mnist_nightly_retrain"
 
 
-def run_readme_backfill(cli, folder) -> dict:
-    """The README's backfill commands, exactly as written, in ``folder`` whose ``var`` is the
-    platform's state; the backfill they created, once it completed."""
+def run_readme_block(cli, folder, after: str) -> None:
+    """A README block, exactly as written, with bash in ``folder``: the checkout (each of its
+    entries linked) with this platform's state as its ``var``, what a user's checkout holds
+    after ``make up``."""
     if not (folder / "var").exists():
         (folder / "var").symlink_to(cli.state)
-    script = readme_block("**Backfill, one run per day.**")
-    ran = subprocess.run(["bash", "-euc", script], cwd=folder, env=cli.env, capture_output=True, text=True, timeout=300)
+        for entry in REPO.iterdir():
+            if entry.name not in ("var", ".git"):
+                (folder / entry.name).symlink_to(entry)
+    ran = subprocess.run(
+        ["bash", "-euc", readme_block(after)], cwd=folder, env=cli.env, capture_output=True, text=True, timeout=600
+    )
     assert ran.returncode == 0, output(ran)
-    backfill = max(cli.api("GET", f"/backfills?dag_id={SCORING}")["backfills"], key=lambda b: b["id"])
-    wait_until(lambda: cli.api("GET", f"/backfills/{backfill['id']}").get("completed_at"), 900, 1, "backfill done")
-    return backfill
 
 
 def scored_day(cli, ds: str):
@@ -134,38 +135,40 @@ def scored_day(cli, ds: str):
 
 
 def test_the_readme_backfill_runs_on_the_platform(platform, tmp_path):
-    """The README's backfill commands, exactly as written, in a folder whose ``var`` is this
-    platform's state: each day is scored once, by the champion."""
+    """The README's backfill recipe, both blocks exactly as written: sample drops and one
+    nightly make a champion of their own (no model registered by the test), then the
+    backfill scores each day once, with that champion."""
+    from mlflow import MlflowClient
+
     cli, _ = platform
     days = README_DAYS
-    assert f"--from-date {days[0]} --to-date {days[-1]}" in readme_block("**Backfill, one run per day.**")
-    drops = [arg for ds in days for arg in ("--ds", ds)]
-    raw = cli.state / "data" / "raw" / "mnist"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_jobs.sample_data",
-            "--workflow",
-            "mnist",
-            "--rows",
-            str(ROWS),
-            *drops,
-            "--out",
-            str(raw),
+    assert f"--from-date {days[0]} --to-date {days[-1]}" in readme_block("Once it has succeeded")
+    assert f"--rows {README_ROWS}" in readme_block("**Backfill, one run per day.**")
+    run_readme_block(cli, tmp_path, "**Backfill, one run per day.**")
+    nightly = wait_until(
+        lambda: [
+            r
+            for r in cli.api("GET", f"/dags/{NIGHTLY}/dagRuns?run_type=manual")["dag_runs"]
+            if (r["logical_date"] or "").startswith("2026-11-04")
         ],
-        cwd=REPO,
-        check=True,
-    )
-    version = register_quick_champion(cli.record["mlflow_url"])
-    wait_until(lambda: any(d["dag_id"] == SCORING for d in cli.api("GET", "/dags?limit=100")["dags"]), 180, 3)
-    run_readme_backfill(cli, tmp_path)
+        180,
+        1,
+        "the README's nightly run",
+    )[0]
+    nightly = finished(cli, NIGHTLY, nightly["dag_run_id"])
+    assert nightly["state"] == "success", task_states(cli, NIGHTLY, nightly["dag_run_id"])
+    champion = MlflowClient(tracking_uri=cli.record["mlflow_url"]).get_model_version_by_alias(MODEL, "champion")
+    assert (champion.tags["data_end_ds"], champion.tags["airflow_run_id"]) == (days[-1], nightly["dag_run_id"])
+
+    run_readme_block(cli, tmp_path, "Once it has succeeded")
+    backfill = max(cli.api("GET", f"/backfills?dag_id={SCORING}")["backfills"], key=lambda b: b["id"])
+    wait_until(lambda: cli.api("GET", f"/backfills/{backfill['id']}").get("completed_at"), 900, 1, "backfill done")
     runs = cli.api("GET", f"/dags/{SCORING}/dagRuns?run_type=backfill&limit=100")["dag_runs"]
     assert sorted((r["logical_date"][:10], r["state"]) for r in runs) == [(ds, "success") for ds in days]
     for ds in days:
         table, _ = scored_day(cli, ds)
-        assert table.num_rows == ROWS and len(set(table.column("row_id").to_pylist())) == ROWS
-        assert set(table.column("model_version").to_pylist()) == {version}
+        assert table.num_rows == README_ROWS and len(set(table.column("row_id").to_pylist())) == README_ROWS
+        assert set(table.column("model_version").to_pylist()) == {champion.version}
 
 
 @pytest.fixture(scope="module")
