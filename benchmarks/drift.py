@@ -43,13 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.core import BenchResult, Ratio, log
+from benchmarks.core import BenchResult, Ratio, Target, log
 from benchmarks.env import Benchmark
 from benchmarks.sizes import Sizes, int_list
 from spark_jobs import drift, workflows
 from spark_jobs.sample_data import make_rows
 
 RATE = 0.05
+# A declared shift counts as found at a day size when at least this share of its days is flagged.
+DETECTED_SHARE = 0.95
 HELD_OUT_SHARE = 0.2
 FIRST_DAY = dt.date(2026, 10, 1)
 PREDICTION = "prediction"
@@ -193,6 +195,7 @@ def timed_compare(reference: drift.ReferenceProfile, day: Statistics) -> tuple[d
 def measure_workflow(source: DiabetesDays | MnistDays, sizes: Sizes, result: BenchResult) -> None:
     """False alarms, detections and compare cost of one workflow at every day size."""
     rows_list = int_list(sizes.drift_rows)
+    worst_rate, fewest_found = 0.0, 1.0
     references = [
         drift.build_reference(source.reference(), categorical=source.categorical) for _ in range(sizes.drift_references)
     ]
@@ -207,6 +210,7 @@ def measure_workflow(source: DiabetesDays | MnistDays, sizes: Sizes, result: Ben
                 seconds.append(elapsed)
         days = len(seconds)
         rate, error = alarms / days, binomial_error(RATE, days)
+        worst_rate = max(worst_rate, rate)
         result.tables["false alarms on same-distribution days (declared rate 0.05)"].append(
             {
                 "workflow": source.name,
@@ -234,6 +238,7 @@ def measure_workflow(source: DiabetesDays | MnistDays, sizes: Sizes, result: Ben
                 report, _ = timed_compare(reference, source.shifted_day(shift, rows))
                 detected += report.outcome == drift.DRIFT
                 moved.update(report.moved)
+            fewest_found = min(fewest_found, detected / len(references))
             result.tables["detections of declared shifts (declared rate 0.05)"].append(
                 {
                     "workflow": source.name,
@@ -253,6 +258,34 @@ def measure_workflow(source: DiabetesDays | MnistDays, sizes: Sizes, result: Ben
                 [rows / source.summaries_seconds(rows) for _ in range(sizes.repeats)],
             )
         log(f"drift {source.name} {rows:,} rows: {alarms}/{days} false alarms ({time.perf_counter() - started:.1f} s)")
+    sizes_text = ", ".join(f"{rows:,}" for rows in rows_list)
+    error = binomial_error(RATE, len(references) * sizes.drift_days)
+    result.add(
+        f"{source.name}_worst_false_alarm_rate",
+        f"{source.name}: highest false-alarm rate over day sizes {sizes_text}",
+        "share of days",
+        [worst_rate],
+    )
+    result.add(
+        f"{source.name}_fewest_detected",
+        f"{source.name}: lowest share of shifted days flagged ({', '.join(source.shifts)}; {sizes_text} rows)",
+        "share of days",
+        [fewest_found],
+    )
+    result.targets += [
+        Target(
+            f"{source.name}: false alarms <= declared {RATE} + 3 s.e. at every day size",
+            f"{source.name}_worst_false_alarm_rate",
+            "<=",
+            round(RATE + 3 * error, 4),
+        ),
+        Target(
+            f"{source.name}: declared shifts flagged at every day size",
+            f"{source.name}_fewest_detected",
+            ">=",
+            DETECTED_SHARE,
+        ),
+    ]
     smallest, largest = rows_list[0], rows_list[-1]
     if largest != smallest:
         result.ratios.append(

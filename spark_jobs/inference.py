@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -114,8 +114,16 @@ def output_fields(workflow: Workflow) -> list[T.StructField]:
     return [T.StructField(PREDICTION_COL, T.DoubleType(), nullable=False)]
 
 
-def with_predictions(features_df: DataFrame, model_uri: str, workflow: Workflow) -> DataFrame:
-    """``features_df``'s columns but ``features``, plus the workflow's output columns.
+# Per-row columns computed from the decoded features in the scoring pass itself: their
+# names (double columns) and the function of ``[n, *shape]`` features giving them.
+RowStatistics = tuple[list[str], Callable[["np.ndarray"], dict[str, "np.ndarray"]]]
+
+
+def with_predictions(
+    features_df: DataFrame, model_uri: str, workflow: Workflow, statistics: RowStatistics | None = None
+) -> DataFrame:
+    """``features_df``'s columns but ``features``, plus the workflow's output columns (and
+    ``statistics``' columns, computed from the same decoded batches: the drift check's).
 
     ``model_uri`` is downloaded here, on the driver, once; it must have been logged for
     ``workflow`` (its MLmodel metadata and tensor signature are checked when present).
@@ -126,11 +134,13 @@ def with_predictions(features_df: DataFrame, model_uri: str, workflow: Workflow)
     clash = {f.name for f in kept} & set(workflow.output.columns)
     if clash:
         raise ValueError(f"scoring {model_uri}: the input already has output column(s) {sorted(clash)}")
-    schema = T.StructType([*kept, *output_fields(workflow)])
+    extra = [T.StructField(name, T.DoubleType(), nullable=False) for name in (statistics or ([], None))[0]]
+    schema = T.StructType([*kept, *output_fields(workflow), *extra])
     spark = features_df.sparkSession
     shipped = ship_model(spark, model_uri, workflow)
     threads = int(spark.sparkContext.getConf().get("spark.task.cpus", "1"))
-    return features_df.mapInArrow(_scorer(shipped, workflow, [f.name for f in kept], threads, model_uri), schema)
+    scorer = _scorer(shipped, workflow, [f.name for f in kept], threads, model_uri, statistics)
+    return features_df.mapInArrow(scorer, schema)
 
 
 def ship_model(spark, model_uri: str, workflow: Workflow) -> ShippedModel:
@@ -196,7 +206,14 @@ def check_model(mlmodel, model_uri: str, workflow: Workflow) -> None:
         )
 
 
-def _scorer(shipped: ShippedModel, workflow: Workflow, kept: list[str], threads: int, model_uri: str):
+def _scorer(
+    shipped: ShippedModel,
+    workflow: Workflow,
+    kept: list[str],
+    threads: int,
+    model_uri: str,
+    statistics: RowStatistics | None = None,
+):
     """The ``mapInArrow`` function (pickled to the Python workers with its arguments)."""
 
     def score_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -207,9 +224,14 @@ def _scorer(shipped: ShippedModel, workflow: Workflow, kept: list[str], threads:
         context = TaskContext.get()
         torch.set_num_threads(max(1, int(context.cpus()) if context is not None else threads))
         model = _load_shipped(shipped)
-        names = [*kept, *workflow.output.columns]
+        extra, compute = statistics or ([], None)
+        names = [*kept, *workflow.output.columns, *extra]
         for batch in batches:
-            outputs = predict(model, decode(batch.column(FEATURES_COL), workflow.features), workflow, model_uri)
+            features = decode(batch.column(FEATURES_COL), workflow.features)
+            outputs = predict(model, features, workflow, model_uri)
+            if compute is not None:
+                values = compute(features)
+                outputs += [pa.array(values[name], pa.float64()) for name in extra]
             yield pa.RecordBatch.from_arrays([*(batch.column(c) for c in kept), *outputs], names=names)
 
     return score_batches

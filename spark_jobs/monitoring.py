@@ -10,7 +10,8 @@ executors, MLflow and storage on the driver):
   It is the JSON artifact ``monitoring/reference.json`` of the version's training run: a few
   kilobytes whatever the window's size (quantiles, not rows).
 - **The drift report** of each scored day, made by the score job after it wrote the day
-  (:func:`check_days`): the same statistics of the day's curated rows and the day's
+  (:func:`check_days`): the same statistics of the day's rows, computed while they were
+  scored (:func:`scoring_statistics`: no second pass over the features), and the day's
   predictions against the pinned version's reference, with the workflow's false-alarm rate.
   ``drift.json`` and ``drift.png`` (the most-shifted distributions against the reference)
   go to ``<monitoring root>/ds=<day>/``, and the same files, with metrics per day
@@ -37,7 +38,7 @@ import numpy as np
 from ml_contract.layout import PARTITION_COL
 from spark_jobs import drift
 from spark_jobs.features import FEATURES_COL, decode
-from spark_jobs.inference import PREDICTION_COL
+from spark_jobs.inference import PREDICTION_COL, RowStatistics
 from spark_jobs.storage import copy_from_local, write_json
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ PREDICTIONS = PREDICTION_COL
 MAX_ROWS = 200_000
 SAMPLE_SEED = 11
 NO_REFERENCE = "no_reference"
+STATISTIC_PREFIX = "_drift_"
 
 
 def statistic_names(workflow: Workflow) -> list[str]:
@@ -160,8 +162,20 @@ def day_timestamp_ms(ds: str) -> int:
     return int(dt.datetime.fromisoformat(ds).replace(tzinfo=dt.UTC).timestamp() * 1000)
 
 
+def scoring_statistics(workflow: Workflow) -> RowStatistics:
+    """The declared statistics as columns the score job computes from the batches it
+    scores (one pass over the features, :func:`spark_jobs.inference.with_predictions`),
+    named ``_drift_<statistic>``: no clash with the predictions' own columns."""
+    names = list(workflow.monitoring.statistics)
+
+    def compute(features: np.ndarray) -> dict[str, np.ndarray]:
+        values = row_statistics(features, workflow)
+        return {f"{STATISTIC_PREFIX}{name}": values[name] for name in names}
+
+    return [f"{STATISTIC_PREFIX}{name}" for name in names], compute
+
+
 def check_days(
-    curated_df: DataFrame,
     scored_df: DataFrame,
     counts: Mapping[str, int],
     workflow: Workflow,
@@ -172,23 +186,24 @@ def check_days(
     monitoring_root: str,
 ) -> dict[str, dict[str, Any]]:
     """Each scored day (``counts``: rows per day) against the version's reference: its report
-    written to storage and to the version's run. Returns ``{ds: summary}``."""
+    written to storage and to the version's run. ``scored_df``: the score job's rows, ``ds``,
+    ``prediction`` and the :func:`scoring_statistics` columns. Returns ``{ds: summary}``."""
     from mlflow import MlflowClient
 
-    spark = curated_df.sparkSession
+    spark = scored_df.sparkSession
     experiment_id = MlflowClient().get_run(run_id).info.experiment_id
     reference = load_reference(run_id)
     names = list(workflow.monitoring.statistics)
     days: dict[str, dict[str, np.ndarray]] = {ds: {} for ds in counts if counts[ds]}
     if reference is not None and days:
-        features = _sampled(_statistics_of_rows(curated_df, workflow, [PARTITION_COL]), counts).toArrow()
-        predictions = _sampled(scored_df.select(PARTITION_COL, PREDICTION_COL), counts).toArrow()
-        for table, columns in ((features, names), (predictions, [PREDICTION_COL])):
-            day_of_row = table.column(PARTITION_COL).to_numpy(zero_copy_only=False).astype(str)
-            values = _columns(table, columns)
-            for ds in days:
-                rows = day_of_row == ds
-                days[ds].update({name: column[rows] for name, column in values.items()})
+        columns = [f"{STATISTIC_PREFIX}{name}" for name in names]
+        table = _sampled(scored_df.select(PARTITION_COL, PREDICTION_COL, *columns), counts).toArrow()
+        day_of_row = table.column(PARTITION_COL).to_numpy(zero_copy_only=False).astype(str)
+        values = {name: table.column(column).to_numpy() for name, column in zip(names, columns, strict=True)}
+        values[PREDICTIONS] = table.column(PREDICTION_COL).to_numpy()
+        for ds in days:
+            rows = day_of_row == ds
+            days[ds] = {name: column[rows] for name, column in values.items()}
     summaries = {}
     for ds, day in sorted(days.items()):
         folder = f"{monitoring_root.rstrip('/')}/{PARTITION_COL}={ds}"
@@ -227,10 +242,11 @@ def check_days(
 def _log_metrics(run_id: str, ds: str, payload: dict[str, Any]) -> None:
     """The day's outcome as the version's run metrics, at step ``yyyymmdd`` and the day's time."""
     from mlflow import MlflowClient
+    from mlflow.entities import Metric
 
-    client = MlflowClient()
     step, timestamp = day_step(ds), day_timestamp_ms(ds)
+    values = {"drift_rows": float(payload["rows"])}
     if payload["outcome"] in (drift.DRIFT, drift.NO_DRIFT):
-        client.log_metric(run_id, "drift_detected", float(payload["outcome"] == drift.DRIFT), timestamp, step)
-        client.log_metric(run_id, "drift_statistics_moved", float(len(payload["moved"])), timestamp, step)
-    client.log_metric(run_id, "drift_rows", float(payload["rows"]), timestamp, step)
+        values["drift_detected"] = float(payload["outcome"] == drift.DRIFT)
+        values["drift_statistics_moved"] = float(len(payload["moved"]))
+    MlflowClient().log_batch(run_id, metrics=[Metric(k, v, timestamp, step) for k, v in values.items()])

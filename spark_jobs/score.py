@@ -25,6 +25,7 @@ import json
 import logging
 import sys
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -36,6 +37,7 @@ from spark_jobs.inference import (
     MODEL_VERSION_COL,
     WORKFLOW_METADATA_KEY,
     PinnedModel,
+    RowStatistics,
     pin_model,
     with_predictions,
 )
@@ -51,13 +53,17 @@ def prediction_columns(workflow: workflows.Workflow) -> list[str]:
     return [ROW_ID_COL, *workflow.output.columns, MODEL_NAME_COL, MODEL_VERSION_COL, PARTITION_COL]
 
 
-def score_partition(curated_df: DataFrame, model: PinnedModel, workflow: workflows.Workflow) -> DataFrame:
-    """Predictions in the output schema; every row names the model version that made it."""
+def score_partition(
+    curated_df: DataFrame, model: PinnedModel, workflow: workflows.Workflow, statistics: RowStatistics | None = None
+) -> DataFrame:
+    """Predictions in the output schema; every row names the model version that made it.
+    With ``statistics``, their columns follow (computed in the same pass, for the drift check)."""
+    columns = [*prediction_columns(workflow), *(statistics[0] if statistics else [])]
     return (
-        with_predictions(curated_df.select(ROW_ID_COL, FEATURES_COL, PARTITION_COL), model.uri, workflow)
+        with_predictions(curated_df.select(ROW_ID_COL, FEATURES_COL, PARTITION_COL), model.uri, workflow, statistics)
         .withColumn(MODEL_NAME_COL, F.lit(model.name))
         .withColumn(MODEL_VERSION_COL, F.lit(model.version))
-        .select(*prediction_columns(workflow))
+        .select(*columns)
     )
 
 
@@ -97,11 +103,29 @@ def score_partitions(
     expected = days_between(start_ds, end_ds)
     missing = [ds for ds in expected if ds not in rows_in]
     rows_out: dict[str, int] = {}
+    watched = bool(monitoring_root) and workflow.monitoring.drift
+    drift: dict[str, dict] = {}
     if rows_in:
         log.info("scoring %d rows in %d partitions with %s", sum(rows_in.values()), len(rows_in), model.uri)
-        replace_partitions(score_partition(curated_df, model, workflow), scored_root)
-        scored_df = read_partitions(spark, scored_root, start_ds, end_ds)
-        rows_out = {r[PARTITION_COL]: r["count"] for r in scored_df.groupBy(PARTITION_COL).count().collect()}
+        statistics = monitoring.scoring_statistics(workflow) if watched else None
+        # Kept for the drift check, which reads the same rows' statistics and predictions.
+        scored_df = score_partition(curated_df, model, workflow, statistics)
+        if watched:
+            scored_df = scored_df.persist(StorageLevel.MEMORY_AND_DISK)
+        replace_partitions(scored_df.select(*prediction_columns(workflow)), scored_root)
+        read_back = read_partitions(spark, scored_root, start_ds, end_ds)
+        rows_out = {r[PARTITION_COL]: r["count"] for r in read_back.groupBy(PARTITION_COL).count().collect()}
+        if watched:
+            drift = monitoring.check_days(
+                scored_df,
+                rows_out,
+                workflow,
+                model_name=model.name,
+                model_version=model.version,
+                run_id=_run_of(model),
+                monitoring_root=str(monitoring_root),
+            )
+            scored_df.unpersist()
     report = {
         "model": model.uri,
         "workflow": workflow.name,
@@ -109,17 +133,8 @@ def score_partitions(
         "rows_in": dict(sorted(rows_in.items())),
         "missing_curated": missing,
     }
-    if monitoring_root and workflow.monitoring.drift and rows_out:
-        report["drift"] = monitoring.check_days(
-            curated_df,
-            scored_df,
-            rows_out,
-            workflow,
-            model_name=model.name,
-            model_version=model.version,
-            run_id=_run_of(model),
-            monitoring_root=monitoring_root,
-        )
+    if watched:
+        report["drift"] = drift
     return report
 
 
