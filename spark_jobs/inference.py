@@ -119,11 +119,20 @@ def output_fields(workflow: Workflow) -> list[T.StructField]:
 RowStatistics = tuple[list[str], Callable[["np.ndarray"], dict[str, "np.ndarray"]]]
 
 
+SHADOW_PREDICTION_COL = "shadow_prediction"
+
+
 def with_predictions(
-    features_df: DataFrame, model_uri: str, workflow: Workflow, statistics: RowStatistics | None = None
+    features_df: DataFrame,
+    model_uri: str,
+    workflow: Workflow,
+    statistics: RowStatistics | None = None,
+    shadow_uri: str | None = None,
 ) -> DataFrame:
     """``features_df``'s columns but ``features``, plus the workflow's output columns (and
-    ``statistics``' columns, computed from the same decoded batches: the drift check's).
+    ``statistics``' columns, computed from the same decoded batches: the drift check's;
+    and with ``shadow_uri``, column ``shadow_prediction``: that model's prediction of the
+    same rows in the same pass, for shadow scoring).
 
     ``model_uri`` is downloaded here, on the driver, once; it must have been logged for
     ``workflow`` (its MLmodel metadata and tensor signature are checked when present).
@@ -135,11 +144,14 @@ def with_predictions(
     if clash:
         raise ValueError(f"scoring {model_uri}: the input already has output column(s) {sorted(clash)}")
     extra = [T.StructField(name, T.DoubleType(), nullable=False) for name in (statistics or ([], None))[0]]
+    if shadow_uri is not None:
+        extra.append(T.StructField(SHADOW_PREDICTION_COL, output_fields(workflow)[0].dataType, nullable=False))
     schema = T.StructType([*kept, *output_fields(workflow), *extra])
     spark = features_df.sparkSession
     shipped = ship_model(spark, model_uri, workflow)
+    shadow = None if shadow_uri is None else (ship_model(spark, shadow_uri, workflow), shadow_uri)
     threads = int(spark.sparkContext.getConf().get("spark.task.cpus", "1"))
-    scorer = _scorer(shipped, workflow, [f.name for f in kept], threads, model_uri, statistics)
+    scorer = _scorer(shipped, workflow, [f.name for f in kept], threads, model_uri, statistics, shadow)
     return features_df.mapInArrow(scorer, schema)
 
 
@@ -213,6 +225,7 @@ def _scorer(
     threads: int,
     model_uri: str,
     statistics: RowStatistics | None = None,
+    shadow: tuple[ShippedModel, str] | None = None,
 ):
     """The ``mapInArrow`` function (pickled to the Python workers with its arguments)."""
 
@@ -224,14 +237,17 @@ def _scorer(
         context = TaskContext.get()
         torch.set_num_threads(max(1, int(context.cpus()) if context is not None else threads))
         model = _load_shipped(shipped)
+        shadow_model = None if shadow is None else _load_shipped(shadow[0])
         extra, compute = statistics or ([], None)
-        names = [*kept, *workflow.output.columns, *extra]
+        names = [*kept, *workflow.output.columns, *extra, *([SHADOW_PREDICTION_COL] if shadow else [])]
         for batch in batches:
             features = decode(batch.column(FEATURES_COL), workflow.features)
             outputs = predict(model, features, workflow, model_uri)
             if compute is not None:
                 values = compute(features)
                 outputs += [pa.array(values[name], pa.float64()) for name in extra]
+            if shadow is not None:
+                outputs.append(predict(shadow_model, features, workflow, shadow[1])[0])
             yield pa.RecordBatch.from_arrays([*(batch.column(c) for c in kept), *outputs], names=names)
 
     return score_batches

@@ -18,6 +18,12 @@ executors, MLflow and storage on the driver):
   (``drift_detected``, ``drift_statistics_moved``, ``drift_rows``, step ``yyyymmdd``), to the
   version's training run under ``monitoring/drift/ds=<day>/``.
 
+- **Shadow scoring** (``[monitoring] shadow``): the ``challenger`` scores the same rows in
+  the same pass as the pinned version (:func:`shadow_of`, :func:`compare_shadow`); their
+  agreement and the gap between their prediction distributions go to ``shadow.json``
+  beside the drift report and to the challenger's run. Nothing of it is written to the
+  predictions.
+
 A version registered before profiles existed has none: its days get a report with outcome
 ``no_reference`` and scoring goes on.
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
 import tempfile
 from typing import TYPE_CHECKING, Any
@@ -38,7 +45,7 @@ import numpy as np
 from ml_contract.layout import PARTITION_COL
 from spark_jobs import drift
 from spark_jobs.features import FEATURES_COL, decode
-from spark_jobs.inference import PREDICTION_COL, RowStatistics
+from spark_jobs.inference import PREDICTION_COL, SHADOW_PREDICTION_COL, PinnedModel, RowStatistics
 from spark_jobs.storage import copy_from_local, write_json
 
 if TYPE_CHECKING:
@@ -250,3 +257,106 @@ def _log_metrics(run_id: str, ds: str, payload: dict[str, Any]) -> None:
         values["drift_detected"] = float(payload["outcome"] == drift.DRIFT)
         values["drift_statistics_moved"] = float(len(payload["moved"]))
     MlflowClient().log_batch(run_id, metrics=[Metric(k, v, timestamp, step) for k, v in values.items()])
+
+
+# -- shadow scoring ------------------------------------------------------------------------
+
+SHADOW_FILE = "shadow.json"
+SHADOW_ARTIFACT_DIR = "monitoring/shadow"
+
+
+def shadow_of(model: PinnedModel, alias: str) -> PinnedModel | None:
+    """The version ``alias`` names on ``model``'s registered model, when it is another one
+    than ``model`` (a challenger that became champion has nothing to be compared with)."""
+    from mlflow.exceptions import MlflowException
+
+    from spark_jobs.inference import pin_model
+
+    try:
+        shadow = pin_model(f"models:/{model.name}@{alias}")
+    except MlflowException as err:
+        log.info("no %s of %s to score beside version %s (%s)", alias, model.name, model.version, err)
+        return None
+    if shadow.version == model.version:
+        log.info("the %s of %s is the scored version %s: no shadow", alias, model.name, model.version)
+        return None
+    return shadow
+
+
+def agreement(scored: np.ndarray, shadow: np.ndarray, workflow: Workflow) -> dict[str, float]:
+    """How two versions' predictions of the same rows compare: the share of rows they agree
+    on (the same class; a value within the promotion tolerance) and the gap between their
+    prediction distributions (total variation between the class shares; the KS distance
+    between the values), with the mean absolute difference of a regression."""
+    from scipy import stats
+
+    if len(scored) == 0:
+        return {"agreement": math.nan, "distribution_gap": math.nan}
+    if workflow.output.is_classifier:
+        classes = workflow.output.classes
+        shares = [np.bincount(p.astype(np.int64), minlength=classes)[:classes] / len(p) for p in (scored, shadow)]
+        return {
+            "agreement": float(np.mean(scored == shadow)),
+            "distribution_gap": float(0.5 * np.abs(shares[0] - shares[1]).sum()),
+        }
+    difference = np.abs(scored.astype(np.float64) - shadow.astype(np.float64))
+    return {
+        "agreement": float(np.mean(difference <= workflow.promotion.tolerance)),
+        "distribution_gap": float(stats.ks_2samp(scored, shadow).statistic),
+        "mean_abs_difference": float(difference.mean()),
+    }
+
+
+def compare_shadow(
+    scored_df: DataFrame,
+    counts: Mapping[str, int],
+    workflow: Workflow,
+    *,
+    scored: PinnedModel,
+    shadow: PinnedModel,
+    monitoring_root: str,
+) -> dict[str, dict[str, Any]]:
+    """Each day's agreement of ``shadow`` with ``scored`` (``scored_df``: ``ds``,
+    ``prediction``, ``shadow_prediction``): ``shadow.json`` beside the day's drift report,
+    and on the shadow's run (artifact and metrics ``shadow_agreement``,
+    ``shadow_distribution_gap`` at step ``yyyymmdd``): evidence for or against promoting it."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    spark = scored_df.sparkSession
+    client = MlflowClient()
+    run_id = str(client.get_model_version(shadow.name, shadow.version).run_id)
+    table = _sampled(scored_df.select(PARTITION_COL, PREDICTION_COL, SHADOW_PREDICTION_COL), counts).toArrow()
+    day_of_row = table.column(PARTITION_COL).to_numpy(zero_copy_only=False).astype(str)
+    predictions = table.column(PREDICTION_COL).to_numpy()
+    shadowed = table.column(SHADOW_PREDICTION_COL).to_numpy()
+    summaries = {}
+    for ds in sorted(ds for ds, n in counts.items() if n):
+        rows = day_of_row == ds
+        summary: dict[str, Any] = {
+            "ds": ds,
+            "model": scored.uri,
+            "shadow": shadow.uri,
+            "rows": counts[ds],
+            "compared_rows": int(rows.sum()),
+            **agreement(predictions[rows], shadowed[rows], workflow),
+        }
+        write_json(spark, f"{monitoring_root.rstrip('/')}/{PARTITION_COL}={ds}/{SHADOW_FILE}", summary)
+        client.log_dict(run_id, summary, f"{SHADOW_ARTIFACT_DIR}/{PARTITION_COL}={ds}/{SHADOW_FILE}")
+        step, timestamp = day_step(ds), day_timestamp_ms(ds)
+        metrics = [
+            Metric(f"shadow_{key}", float(summary[key]), timestamp, step)
+            for key in ("agreement", "distribution_gap", "mean_abs_difference")
+            if key in summary and math.isfinite(summary[key])
+        ]
+        client.log_batch(run_id, metrics=metrics)
+        log.info(
+            "shadow %s beside %s on %s: agreement %.4f, distribution gap %.4f",
+            shadow.uri,
+            scored.uri,
+            ds,
+            summary["agreement"],
+            summary["distribution_gap"],
+        )
+        summaries[ds] = summary
+    return summaries

@@ -15,7 +15,10 @@ workflow (``--workflow``, else the one the model was logged for: its MLmodel met
 With ``--monitoring-data`` (and ``[monitoring] drift`` on, the default), each day written is
 then checked for drift against the pinned version's reference profile, and its report
 written there (``ds=<day>/drift.json``, ``drift.png``) and to the version's MLflow run
-(:mod:`spark_jobs.monitoring`); the job's report lists each day's outcome.
+(:mod:`spark_jobs.monitoring`); the job's report lists each day's outcome. With
+``--shadow-alias challenger`` too, the challenger (when it is another version) scores the
+same rows in the same pass, and its agreement with the pinned version is reported
+(``ds=<day>/shadow.json`` and the challenger's run); its predictions are never written.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from spark_jobs.features import FEATURES_COL
 from spark_jobs.inference import (
     MODEL_NAME_COL,
     MODEL_VERSION_COL,
+    SHADOW_PREDICTION_COL,
     WORKFLOW_METADATA_KEY,
     PinnedModel,
     RowStatistics,
@@ -54,13 +58,23 @@ def prediction_columns(workflow: workflows.Workflow) -> list[str]:
 
 
 def score_partition(
-    curated_df: DataFrame, model: PinnedModel, workflow: workflows.Workflow, statistics: RowStatistics | None = None
+    curated_df: DataFrame,
+    model: PinnedModel,
+    workflow: workflows.Workflow,
+    statistics: RowStatistics | None = None,
+    shadow: PinnedModel | None = None,
 ) -> DataFrame:
     """Predictions in the output schema; every row names the model version that made it.
-    With ``statistics``, their columns follow (computed in the same pass, for the drift check)."""
-    columns = [*prediction_columns(workflow), *(statistics[0] if statistics else [])]
+    With ``statistics``, their columns follow (computed in the same pass, for the drift
+    check), and with ``shadow`` that version's ``shadow_prediction`` (never written)."""
+    columns = [
+        *prediction_columns(workflow),
+        *(statistics[0] if statistics else []),
+        *([SHADOW_PREDICTION_COL] if shadow else []),
+    ]
+    selected = curated_df.select(ROW_ID_COL, FEATURES_COL, PARTITION_COL)
     return (
-        with_predictions(curated_df.select(ROW_ID_COL, FEATURES_COL, PARTITION_COL), model.uri, workflow, statistics)
+        with_predictions(selected, model.uri, workflow, statistics, shadow.uri if shadow else None)
         .withColumn(MODEL_NAME_COL, F.lit(model.name))
         .withColumn(MODEL_VERSION_COL, F.lit(model.version))
         .select(*columns)
@@ -91,8 +105,13 @@ def score_partitions(
     start_ds: str,
     end_ds: str,
     monitoring_root: str | None = None,
+    shadow_alias: str | None = None,
 ) -> dict:
     """Score every curated partition in ``start_ds..end_ds`` with one model, in one job.
+
+    With ``monitoring_root``, each day written is checked for drift, and with
+    ``shadow_alias`` the version it names (another than ``model``) is scored beside it and
+    their agreement reported (:mod:`spark_jobs.monitoring`).
 
     All partitions are committed together by ``replace_partitions`` (one commit, so readers
     see every new day at once), each replacing its previous version; days without a curated
@@ -104,13 +123,15 @@ def score_partitions(
     missing = [ds for ds in expected if ds not in rows_in]
     rows_out: dict[str, int] = {}
     watched = bool(monitoring_root) and workflow.monitoring.drift
+    shadow = monitoring.shadow_of(model, shadow_alias) if monitoring_root and shadow_alias else None
     drift: dict[str, dict] = {}
+    shadowed: dict[str, dict] = {}
     if rows_in:
         log.info("scoring %d rows in %d partitions with %s", sum(rows_in.values()), len(rows_in), model.uri)
         statistics = monitoring.scoring_statistics(workflow) if watched else None
-        # Kept for the drift check, which reads the same rows' statistics and predictions.
-        scored_df = score_partition(curated_df, model, workflow, statistics)
-        if watched:
+        # Kept for the drift check and the shadow's comparison, which read the same rows again.
+        scored_df = score_partition(curated_df, model, workflow, statistics, shadow)
+        if watched or shadow:
             scored_df = scored_df.persist(StorageLevel.MEMORY_AND_DISK)
         replace_partitions(scored_df.select(*prediction_columns(workflow)), scored_root)
         read_back = read_partitions(spark, scored_root, start_ds, end_ds)
@@ -125,7 +146,11 @@ def score_partitions(
                 run_id=_run_of(model),
                 monitoring_root=str(monitoring_root),
             )
-            scored_df.unpersist()
+        if shadow is not None:
+            shadowed = monitoring.compare_shadow(
+                scored_df, rows_out, workflow, scored=model, shadow=shadow, monitoring_root=str(monitoring_root)
+            )
+        scored_df.unpersist()
     report = {
         "model": model.uri,
         "workflow": workflow.name,
@@ -135,6 +160,8 @@ def score_partitions(
     }
     if watched:
         report["drift"] = drift
+    if shadow_alias and monitoring_root:
+        report["shadow"] = shadowed
     return report
 
 
@@ -158,6 +185,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--monitoring-data",
         help="drift reports root: each scored day checked against the version's reference (default: no check)",
+    )
+    parser.add_argument(
+        "--shadow-alias",
+        help="with --monitoring-data: the version this alias names (e.g. challenger) scored beside the model, "
+        "its agreement reported; nothing of it is written to the predictions",
     )
     add_days_arguments(parser)
     args = parser.parse_args(argv)
@@ -186,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
             args.start_ds,
             args.end_ds,
             monitoring_root=args.monitoring_data,
+            shadow_alias=args.shadow_alias,
         )
     finally:
         spark.stop()

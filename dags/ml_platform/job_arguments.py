@@ -126,6 +126,7 @@ class ScoreArguments(JobArguments):
     scored_data: Any
     workflow: Any = None
     monitoring_data: Any = None  # the drift reports' root: each scored day checked
+    shadow_alias: Any = None  # an alias scored beside the model (its agreement logged), e.g. challenger
     ds: Any = None
     start_ds: Any = None
     end_ds: Any = None

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REGISTRY_POOL = "ml_registry"
+# The alias the register step gives every new version; scored beside the champion with [monitoring] shadow.
+CHALLENGER = "challenger"
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 # What the registry gate of every scoring DAG requires of a version: the register step's
 # validation passed (docs/security.md: the barrier between registering and running on executors).
@@ -513,13 +515,15 @@ def score(
     emits the retraining evidence when a day drifted (skipped when none did).
     """
     days = {"ds": start_ds} if end_ds is None else {"start_ds": start_ds, "end_ds": end_ds}
-    watched = workflow_info(cfg.workflow).monitoring.drift
+    watch = workflow_info(cfg.workflow).monitoring
+    watched = watch.drift
     arguments = ScoreArguments(
         workflow=cfg.workflow,
         model=model_uri,
         input_data=cfg.curated_root,
         scored_data=cfg.predictions_root,
-        monitoring_data=cfg.monitoring_root if watched else None,
+        monitoring_data=cfg.monitoring_root if watched or watch.shadow else None,
+        shadow_alias=CHALLENGER if watch.shadow else None,
         **days,
     )
     with TaskGroup(group_id=f"{task_id}_locked", prefix_group_id=False) as group:

@@ -62,8 +62,10 @@ backfills) is shared code that reads it. Keys:
     version's held-out metric a day's realised metric, from late labels, may be; default the
     promotion tolerance), ``min_labels`` (the fewest labelled rows of a day and version whose
     realised metric is judged; default 100), ``retrain_window_days`` (the window a retraining on evidence trains
-    on; default the nightly's) and ``cooldown_days`` (after a retraining on evidence,
-    evidence from the next days starts none; default 7).
+    on; default the nightly's), ``cooldown_days`` (after a retraining on evidence,
+    evidence from the next days starts none; default 7) and ``shadow`` (default false: the
+    ``challenger`` scored beside the scored version in the same pass, their agreement logged
+    per day).
 
 Whatever the layout, the curated table holds a row's features as **one dense value**:
 column ``features``, the row's elements in the declared dtype, little-endian, row-major
@@ -378,6 +380,7 @@ class Monitoring:
     min_labels: int
     retrain_window_days: int | None
     cooldown_days: int
+    shadow: bool
 
 
 @dataclass(frozen=True)
@@ -544,6 +547,7 @@ class _Monitoring(_Table):
     min_labels: StrictInt = Field(100, ge=1)
     retrain_window_days: StrictInt | None = Field(None, ge=1, le=90)
     cooldown_days: StrictInt = Field(7, ge=0, le=365)
+    shadow: StrictBool = False
 
     def monitoring(self, features: TensorFeatures, promotion: Promotion) -> Monitoring:
         allowed = ROW_SUMMARIES if features.layout == "tensor" else tuple(features.raw_fields)
@@ -556,6 +560,7 @@ class _Monitoring(_Table):
             min_labels=self.min_labels,
             retrain_window_days=self.retrain_window_days,
             cooldown_days=self.cooldown_days,
+            shadow=self.shadow,
         )
 
 

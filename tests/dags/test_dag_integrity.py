@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,30 @@ def test_every_scoring_run_is_checked_for_drift_and_can_signal_it(dagbag, kind):
         assert [o.name for o in signal.outlets] == [e.name for e in evidence] and len(evidence) == 1
         retrain = dagbag.dags[f"{workflow}_retrain_on_drift"]
         assert [a.name for a in retrain.timetable.asset_condition.objects] == [evidence[0].name]
+
+
+SHADOW_PROBE = """
+import json, sys
+sys.path[:0] = [sys.argv[1]]
+import batch_scoring
+args = batch_scoring.mnist_batch_scoring.get_task("score_partition").application_args
+print(json.dumps([str(arg) for arg in args]))
+"""
+
+
+def test_a_workflow_declaring_shadow_scores_the_challenger_beside_the_champion(tmp_path):
+    """``[monitoring] shadow = true``: the scoring job is told to score the challenger too."""
+    declarations = tmp_path / "workflows"
+    shutil.copytree(REPO / "spark_jobs" / "workflows", declarations, ignore=shutil.ignore_patterns("__pycache__"))
+    mnist = declarations / "mnist.toml"
+    mnist.write_text(mnist.read_text().replace("[monitoring]\n", "[monitoring]\nshadow = true\n", 1))
+    os.environ["ML_WORKFLOWS_DIR"] = str(declarations)
+    try:
+        args = python_as_dag_processor("-c", SHADOW_PROBE, str(DAGS_DIR), cwd=DAGS_DIR, timeout=120)
+    finally:
+        del os.environ["ML_WORKFLOWS_DIR"]
+    assert args[args.index("--shadow-alias") + 1] == "challenger"
+    assert args[args.index("--monitoring-data") + 1].endswith("/monitoring/mnist")
 
 
 def test_late_labels_are_judged_then_checked_then_signalled(dagbag):

@@ -40,15 +40,15 @@ def write_day(root: Path, workflow: workflows.Workflow, ds: str, rows: int, shif
     pq.write_table(table, partition / "part-00000.parquet")
 
 
-def registered_version(experiment_id: str, workflow: workflows.Workflow, name: str) -> tuple[str, str]:
-    """A freshly initialised model of ``workflow`` logged as the train job logs it and
-    registered; (run id, ``models:/name/version``)."""
+def registered_version(experiment_id: str, workflow: workflows.Workflow, name: str, seed: int = 0) -> tuple[str, str]:
+    """A freshly initialised model of ``workflow`` (weights from ``seed``) logged as the
+    train job logs it and registered; (run id, ``models:/name/version``)."""
     import mlflow
     import torch
 
     from spark_jobs.training.model_logging import log_serving_model
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     example = np.zeros((2, *workflow.features.shape), dtype=workflow.features.dtype)
     with mlflow.start_run(experiment_id=experiment_id) as run:
         model_uri = log_serving_model(workflow, workflows.model_factory(workflow)().state_dict(), example)
@@ -144,3 +144,69 @@ def test_without_a_monitoring_root_nothing_is_checked(spark, tmp_path, mlflow_ex
     _, uri = registered_version(mlflow_experiment, DIABETES, "unwatched_diabetes")
     report = score_partitions(spark, pin_model(uri), DIABETES, str(curated), str(tmp_path / "scored"), SAME, SAME)
     assert "drift" not in report and report["written"] == {SAME: 20}
+
+
+@pytest.mark.parametrize("workflow", [DIABETES, MNIST], ids=["diabetes", "mnist"])
+def test_the_challenger_scores_the_same_rows_in_the_shadow_of_the_champion(
+    spark, tmp_path, mlflow_experiment, workflow
+):
+    """Two versions of different weights: the challenger's predictions of the day are
+    compared with the pinned version's row by row (agreement) and as distributions (gap),
+    logged on the challenger's run; the predictions table holds the pinned version's only.
+    When the challenger is the pinned version, nothing is compared."""
+    import pyarrow.dataset as pads
+    from mlflow import MlflowClient
+
+    from spark_jobs import monitoring as watch
+
+    name = f"shadowed_{workflow.name}"
+    curated = tmp_path / "curated"
+    write_day(curated, workflow, SAME, 300)
+    _, champion = registered_version(mlflow_experiment, workflow, name, seed=0)
+    challenger_run, challenger = registered_version(mlflow_experiment, workflow, name, seed=1)
+    client = MlflowClient()
+    client.set_registered_model_alias(name, "challenger", challenger.rsplit("/", 1)[1])
+    scored, monitoring_root = tmp_path / "scored", tmp_path / "monitoring"
+
+    report = score_partitions(
+        spark, pin_model(champion), workflow, str(curated), str(scored), SAME, SAME,
+        monitoring_root=str(monitoring_root), shadow_alias="challenger",
+    )  # fmt: skip
+
+    day = report["shadow"][SAME]
+    assert (day["model"], day["shadow"], day["rows"], day["compared_rows"]) == (champion, challenger, 300, 300)
+    assert 0 <= day["agreement"] < 1 and 0 < day["distribution_gap"] <= 1, day
+    assert json.loads((monitoring_root / f"ds={SAME}" / "shadow.json").read_text()) == day
+    written = pads.dataset(str(scored), format="parquet").to_table()
+    assert "shadow_prediction" not in written.column_names and set(written.column("model_version").to_pylist()) == {
+        champion.rsplit("/", 1)[1]
+    }
+    (agreement,) = client.get_metric_history(challenger_run, "shadow_agreement")
+    assert agreement.step == watch.day_step(SAME) and agreement.value == pytest.approx(day["agreement"])
+
+    client.set_registered_model_alias(name, "challenger", champion.rsplit("/", 1)[1])
+    report = score_partitions(
+        spark, pin_model(champion), workflow, str(curated), str(scored), SAME, SAME,
+        monitoring_root=str(monitoring_root), shadow_alias="challenger",
+    )  # fmt: skip
+    assert report["shadow"] == {} and report["written"] == {SAME: 300}
+
+
+@pytest.mark.parametrize(
+    ("workflow", "scored", "shadow", "expected"),
+    [
+        (MNIST, [1, 1, 2, 3], [1, 1, 2, 3], {"agreement": 1.0, "distribution_gap": 0.0}),
+        (MNIST, [1, 1, 2, 3], [1, 2, 2, 4], {"agreement": 0.5, "distribution_gap": 0.5}),
+        (
+            DIABETES,
+            [100.0, 150.0],
+            [101.0, 160.0],
+            {"agreement": 0.5, "distribution_gap": 0.5, "mean_abs_difference": 5.5},
+        ),
+    ],
+)
+def test_agreement_of_two_versions_predictions(workflow, scored, shadow, expected):
+    from spark_jobs import monitoring as watch
+
+    measured = watch.agreement(np.asarray(scored), np.asarray(shadow), workflow)
+    assert measured == pytest.approx(expected)

@@ -101,7 +101,7 @@ def test_monitoring_defaults_follow_the_layout_and_the_promotion_rule():
         data.pop("monitoring", None)
         monitoring = parse_workflow(data, f"workflow {name}.toml").monitoring
         assert monitoring.drift and monitoring.statistics == statistics
-        assert (monitoring.false_alarm_rate, monitoring.cooldown_days) == (0.01, 7)
+        assert (monitoring.false_alarm_rate, monitoring.cooldown_days, monitoring.shadow) == (0.01, 7, False)
         assert monitoring.tolerance == data["promotion"]["tolerance"] and monitoring.retrain_window_days is None
         assert monitoring.min_labels == 100
 
@@ -116,6 +116,7 @@ def test_monitoring_defaults_follow_the_layout_and_the_promotion_rule():
         ("mnist", {"false_alarm_rate": 0.5}, r"'false_alarm_rate' is 0.5, allowed: > 0 and <= 0.2"),
         ("mnist", {"false_alarm_rate": 0}, r"'false_alarm_rate' is 0, allowed: > 0 and <= 0.2"),
         ("mnist", {"drift": "yes"}, r"'drift' must be true or false, got 'yes'"),
+        ("mnist", {"shadow": 1}, r"'shadow' must be true or false, got 1"),
         ("mnist", {"cooldown_days": -1}, r"'cooldown_days' is -1, allowed: >= 0 and <= 365"),
         ("mnist", {"min_labels": 0}, r"'min_labels' is 0, allowed: >= 1"),
         ("mnist", {"retrain_window_days": 0}, r"'retrain_window_days' is 0, allowed: >= 1 and <= 90"),
