@@ -62,7 +62,7 @@ def retrain_on_drift(cfg: PlatformConfig) -> DAG:
     window_days = monitoring.retrain_window_days or defaults.window_days
     window_start = f"{{{{ window_start_ds({EVIDENCE}['end_ds'], {window_days}) }}}}"
 
-    @task(task_id="check_evidence")
+    @task(task_id="check_evidence", multiple_outputs=False)
     def check_evidence(**context: Any) -> dict[str, Any]:
         from ml_registry.hooks import MlflowRegistryHook
 

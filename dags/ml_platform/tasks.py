@@ -570,7 +570,7 @@ def signal_evidence(cfg: PlatformConfig, check: Any, *, task_id: str, reason: st
     """The retraining evidence Asset event when a checked day was flagged (the check's
     ``drifted`` days: drift, or a degraded realised metric); skipped otherwise."""
 
-    @task(task_id=task_id, outlets=[evidence_asset(cfg)])
+    @task(task_id=task_id, outlets=[evidence_asset(cfg)], multiple_outputs=False)
     def signal(result: dict, **context: Any) -> dict:
         flagged = result.get("drifted") or []
         if not flagged:
