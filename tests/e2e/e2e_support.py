@@ -6,7 +6,32 @@ import json
 from datetime import date
 from pathlib import Path
 
-from local_stack import wait_until
+from local_stack import REPO, wait_until
+
+# The test session's own settings, which a reader's shell does not have.
+SESSION_PREFIXES = ("AIRFLOW", "ML_", "MLFLOW", "SPARK", "PYSPARK", "PYTHON", "PYTEST", "JAVA_TOOL")
+
+
+def copy_of_checkout(root: Path) -> Path:
+    """A copy of this checkout at ``root`` as a reader's clone is after the README's set-up:
+    the files without ``var``, build output or caches, and this checkout's ``.venv``."""
+    import shutil
+
+    shutil.copytree(
+        REPO,
+        root,
+        ignore=shutil.ignore_patterns(".git", ".venv", "var", "build", "__pycache__", ".*_cache", "node_modules"),
+    )
+    (root / ".venv").symlink_to(REPO / ".venv")
+    return root
+
+
+def readers_env() -> dict[str, str]:
+    """This process's environment without the test session's own settings: a reader's shell."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k == "PATH" or not k.startswith(SESSION_PREFIXES)}
+
 
 WORKFLOW = "mnist"
 MODEL = "mnist_cnn"

@@ -8,9 +8,7 @@ registration, the gate and scoring."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,13 +17,12 @@ import pyarrow.dataset as pads
 import pytest
 from mlflow import MlflowClient
 
+from e2e_support import copy_of_checkout, readers_env
 from local_stack import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "wine"
 GUIDE = REPO / "docs" / "bring_your_own_model.md"
 WORKFLOW = "wine"
-# The test session's own settings, which a reader's shell does not have.
-SESSION_PREFIXES = ("AIRFLOW", "ML_", "MLFLOW", "SPARK", "PYSPARK", "PYTHON", "PYTEST", "JAVA_TOOL")
 
 
 def test_the_starting_point_is_a_plain_single_node_script():
@@ -60,14 +57,8 @@ def guide_followed(tmp_path_factory):
     WORKFLOW=wine`` (its nightly for today on the embedded stack, sample drops included). The
     copy shares this checkout's ``.venv`` (the set-up the README's commands made); nothing of
     the test session's environment reaches it. Returns ``(the copy, each block's output)``."""
-    root = tmp_path_factory.mktemp("byom") / "checkout"
-    shutil.copytree(
-        REPO,
-        root,
-        ignore=shutil.ignore_patterns(".git", ".venv", "var", "build", "__pycache__", ".*_cache", "node_modules"),
-    )
-    (root / ".venv").symlink_to(REPO / ".venv")
-    env = {k: v for k, v in os.environ.items() if k == "PATH" or not k.startswith(SESSION_PREFIXES)}
+    root = copy_of_checkout(tmp_path_factory.mktemp("byom") / "checkout")
+    env = readers_env()
     outputs = []
     for block in guide_blocks():
         done = subprocess.run(["bash", "-euc", block], cwd=root, env=env, capture_output=True, text=True, timeout=1500)
