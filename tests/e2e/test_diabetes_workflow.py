@@ -95,3 +95,42 @@ def test_a_backfill_of_the_regressors_batch_scoring_scores_each_day_once(airflow
         assert scored.num_rows == curated.num_rows == BACKFILL_ROWS
         assert set(scored.column("model_version").to_pylist()) == {nightly["champion"].version}
         assert rmse(scored, curated) <= FLOOR
+
+
+SHIFTED_DAY = "2026-11-21"
+
+
+def test_a_day_with_bmi_rescaled_is_flagged_naming_bmi_and_signalled(airflow_services, nightly):
+    """The drift check under the scheduler, on the regressor: the backfilled day like the
+    nightly's window is not flagged; a day whose ``bmi`` was rescaled by 1.3 (every other
+    column as sampled) is, naming ``bmi``, and its run updates the retraining evidence."""
+    import json
+
+    from e2e_support import task_instances
+    from spark_jobs.sample_data import csv_lines, make_rows
+    from spark_jobs.workflows import load
+
+    stack = airflow_services
+    dag_id = f"{WORKFLOW}_batch_scoring"
+    workflow = load(WORKFLOW)
+    labels, features = make_rows(workflow, SHIFTED_DAY, BACKFILL_ROWS, seed=6)
+    bmi = workflow.features.raw_fields.index("bmi")
+    features[:, bmi] = features[:, bmi] * 1.3
+    drop = stack.storage_root / "raw" / WORKFLOW / f"ds={SHIFTED_DAY}"
+    drop.mkdir(parents=True)
+    (drop / f"{WORKFLOW}.csv").write_text(
+        "\n".join([",".join(workflow.raw_fields), *csv_lines(workflow, labels, features)]) + "\n"
+    )
+    runs = backfill(stack, dag_id, SHIFTED_DAY, SHIFTED_DAY)
+
+    def report(ds: str) -> dict:
+        return json.loads((stack.storage_root / "monitoring" / WORKFLOW / f"ds={ds}" / "drift.json").read_text())
+
+    quiet = report(BACKFILL_DAYS[0])
+    assert (quiet["outcome"], quiet["model"]) == ("no_drift", f"models:/{MODEL}/{nightly['champion'].version}")
+    shifted = report(SHIFTED_DAY)
+    assert shifted["outcome"] == "drift" and shifted["moved"][0] == "bmi", shifted["moved"]
+    assert {t["name"] for t in shifted["tests"] if not t["rejected"]} >= {"age", "sex", "s1"}
+    (run_id,) = runs
+    states = {task: ti["state"] for task, ti in task_instances(stack, dag_id, run_id).items()}
+    assert (states["check_drift"], states["signal_drift"]) == ("success", "success"), states
