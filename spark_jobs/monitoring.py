@@ -69,11 +69,6 @@ NO_REFERENCE = "no_reference"
 STATISTIC_PREFIX = "_drift_"
 
 
-def statistic_names(workflow: Workflow) -> list[str]:
-    """The compared statistics, predictions last."""
-    return [*workflow.monitoring.statistics, PREDICTIONS]
-
-
 def row_statistics(features: np.ndarray, workflow: Workflow) -> dict[str, np.ndarray]:
     """The declared statistics of each row of ``features`` ``[n, *shape]``."""
     names = workflow.monitoring.statistics
@@ -83,29 +78,21 @@ def row_statistics(features: np.ndarray, workflow: Workflow) -> dict[str, np.nda
     return drift.row_summaries(features, names)
 
 
-def _statistics_of_rows(df: DataFrame, workflow: Workflow, kept: list[str]) -> DataFrame:
-    """``df``'s ``kept`` columns and one double column per declared statistic (executors)."""
+def _statistics_of_rows(df: DataFrame, workflow: Workflow) -> DataFrame:
+    """One double column per declared statistic of each of ``df``'s rows (executors)."""
     from pyspark.sql import types as T
 
     names = list(workflow.monitoring.statistics)
-    schema = T.StructType(
-        [
-            *[f for f in df.schema.fields if f.name in kept],
-            *[T.StructField(n, T.DoubleType(), nullable=False) for n in names],
-        ]
-    )
+    schema = T.StructType([T.StructField(n, T.DoubleType(), nullable=False) for n in names])
 
     def statistics(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         for batch in batches:
             values = row_statistics(decode(batch.column(FEATURES_COL), workflow.features), workflow)
-            yield pa.RecordBatch.from_arrays(
-                [*(batch.column(c) for c in kept), *(pa.array(values[n], pa.float64()) for n in names)],
-                names=[*kept, *names],
-            )
+            yield pa.RecordBatch.from_arrays([pa.array(values[n], pa.float64()) for n in names], names=names)
 
-    return df.select(*kept, FEATURES_COL).mapInArrow(statistics, schema)
+    return df.select(FEATURES_COL).mapInArrow(statistics, schema)
 
 
 def _sampled(df: DataFrame, counts: Mapping[str, int]) -> DataFrame:
@@ -116,10 +103,6 @@ def _sampled(df: DataFrame, counts: Mapping[str, int]) -> DataFrame:
     return df.sampleBy(PARTITION_COL, fractions, seed=SAMPLE_SEED)
 
 
-def _columns(table: pa.Table, names: list[str]) -> dict[str, np.ndarray]:
-    return {n: table.column(n).to_numpy() for n in names}
-
-
 def reference_profile(window_df: DataFrame, predicted_df: DataFrame, workflow: Workflow) -> drift.ReferenceProfile:
     """The reference of a candidate: the declared statistics of the training window's rows
     (``window_df``: curated rows, ``features`` and ``ds``) and its predictions on the held-out
@@ -127,7 +110,8 @@ def reference_profile(window_df: DataFrame, predicted_df: DataFrame, workflow: W
     names = list(workflow.monitoring.statistics)
     rows = window_df.count()
     sample = window_df if rows <= MAX_ROWS else window_df.sample(fraction=MAX_ROWS / rows, seed=SAMPLE_SEED)
-    values = _columns(_statistics_of_rows(sample, workflow, []).toArrow(), names)
+    table = _statistics_of_rows(sample, workflow).toArrow()
+    values = {name: table.column(name).to_numpy() for name in names}
     predictions = predicted_df.select(PREDICTION_COL)
     held_out = predictions.count()
     if held_out > MAX_ROWS:

@@ -1,9 +1,9 @@
-"""The README's platform commands and the on-demand trigger of docs/scheduling.md, run
-exactly as written (read from the Markdown) with bash in a copy of the checkout, as a
-newcomer runs them: ``make up`` on its default ports, ``. var/platform.env``, the CLI and
-REST triggers with the printed login, ``make down``. (The backfill recipe runs on the
-platform of tests/platform; ``make demo``'s code path runs in the guide's test, with its
-workflow; ``make test`` is what CI runs.)
+"""The README's first command and its platform commands, and the on-demand trigger of
+docs/scheduling.md, run exactly as written (read from the Markdown) with bash in a copy of
+the checkout, as a newcomer runs them: ``make demo`` (the nightly for today, for real), then
+``make up`` on its default ports, ``. var/platform.env``, the CLI and REST triggers with
+the printed login, ``make down``. (The backfill recipe runs on the platform of
+tests/platform; ``make test`` is what CI runs.)
 
 In the e2e group: one process runs it after the guide's ``make demo``, so the default ports
 (Airflow 8080, MLflow 5000) are not taken by another test meanwhile."""
@@ -57,6 +57,23 @@ def api_runs(user: str, password: str) -> list[dict]:
     )
     with urllib.request.urlopen(request, timeout=30) as resp:
         return json.load(resp)["dag_runs"]
+
+
+def test_make_demo_as_written_trains_promotes_scores_and_checks_the_day(tmp_path):
+    """What the README says ``make demo`` ends with: the registered version, its held-out
+    accuracy, the scored partition, every row scored once by it, and the day's drift check."""
+    demo = commands(block_after(README, "## The two commands"))[0]
+    assert demo.split()[:2] == ["make", "demo"]
+    root = copy_of_checkout(tmp_path / "checkout")
+    ran = bash(demo, root, readers_env(), timeout=1500)
+    assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-3000:]
+    lines = [line.removeprefix("[nightly] ") for line in ran.stdout.splitlines() if line.startswith("[nightly]")]
+    tasks = {line.split()[0]: line.split()[1] for line in lines if line.startswith("  ")}
+    assert tasks["score_partition"] == "success" and tasks["check_drift"] == "success", tasks
+    summary = json.loads(re.search(r"^\[nightly\] (\{.*?\n\})", ran.stdout, flags=re.DOTALL | re.MULTILINE)[1])
+    assert summary["workflow"] == "mnist" and float(summary["holdout_accuracy"]) >= 0.93, summary
+    assert summary["scored_rows"] == 5000 and summary["scored_versions"] == [summary["model"].rsplit("/", 1)[1]]
+    assert summary["drift_check"] == "no_drift" and summary["drift_report"].startswith(str(root / "var"))
 
 
 def test_make_up_the_cli_and_rest_triggers_and_make_down_as_written(tmp_path):
