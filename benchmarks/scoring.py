@@ -4,10 +4,11 @@
   ``features`` column with the pinned model: read, score, replace the partition, read the
   counts back) on local[2], in one warm session (steady state) and through
   ``spark-submit`` (end to end, JVM start and model download included).
-- **ceiling**: the same model (``mlflow.pytorch.load_model``) in one Python process, over
-  the same rows already in memory as the decoded ``uint8 [n, 28, 28]`` array, in the
-  forward chunks the score job uses, with 2 torch threads; and, as a diagnostic,
-  ``pyfunc.predict`` on the same arrays.
+- **ceiling**: the same model (``mlflow.pytorch.load_model``, prepared as the score job
+  prepares it: ``inference.prepared_for_inference``) in one Python process, over the same
+  rows already in memory as the decoded ``uint8 [n, 28, 28]`` array, in the forward chunks
+  the score job uses, with 2 torch threads; and, as diagnostics, the model as logged
+  (unprepared) and ``pyfunc.predict`` on the same arrays.
 - **per-batch-load UDF**: a pandas UDF that loads the model from the registry in every
   Arrow batch; **closure UDF**: a model captured from the driver in the UDF's closure.
   Both are read -> UDF -> write jobs over the ``features`` column that do less than the
@@ -95,7 +96,7 @@ def torch_seconds(model, x: np.ndarray) -> float:
     from spark_jobs.inference import FORWARD_ROWS
 
     started = time.perf_counter()
-    with torch.no_grad():
+    with torch.inference_mode():
         for first in range(0, len(x), FORWARD_ROWS):
             model(torch.from_numpy(x[first : first + FORWARD_ROWS]))
     return time.perf_counter() - started
@@ -400,9 +401,11 @@ class ScoringBench(Benchmark):
         """Workflow ``name``'s model in this process over its rows in memory (2 torch threads)."""
         import mlflow.pytorch
 
+        from spark_jobs.inference import prepared_for_inference
+
         r = self.result
         features = read_features(Path(partition_path(self.folders(name)[0], OTHER_DS)), name)
-        model = mlflow.pytorch.load_model(self.env.model_uri(name))
+        model = prepared_for_inference(mlflow.pytorch.load_model(self.env.model_uri(name)))
         torch_seconds(model, features)  # warm-up
         r.add(
             f"ceiling_{name}",
@@ -482,19 +485,33 @@ class ScoringBench(Benchmark):
         import mlflow.pytorch
         import torch
 
-        from spark_jobs.inference import FORWARD_ROWS
+        from spark_jobs.inference import FORWARD_ROWS, prepared_for_inference
 
         torch.set_num_threads(2)
         features = read_features(Path(partition_path(self.curated, MAIN_DS)))
-        model = mlflow.pytorch.load_model(self.env.model_uri())
+        logged = mlflow.pytorch.load_model(self.env.model_uri())
+        logged.eval()
+        model = prepared_for_inference(mlflow.pytorch.load_model(self.env.model_uri()))
         torch_seconds(model, features[:batch])  # warm-up
+        torch_seconds(logged, features[:batch])
+        prepared, as_logged = [], []
+        for _ in range(self.sizes.repeats):  # interleaved: the two differ only by the preparation
+            prepared.append(len(features) / torch_seconds(model, features))
+            as_logged.append(len(features) / torch_seconds(logged, features))
         self.result.add(
             "ceiling",
             "ceiling: torch, rows in memory, 2 threads",
             "rows/s",
-            [len(features) / t for t in repeat(self.sizes.repeats, lambda: torch_seconds(model, features))],
-            note=f"forward passes of {FORWARD_ROWS:,} rows, as the score job's",
+            prepared,
+            note=f"forward passes of {FORWARD_ROWS:,} rows, as the score job's; the model frozen and optimised",
         )
+        self.result.add(
+            "ceiling_as_logged",
+            "the same, the model as logged (not frozen or optimised for inference; diagnostic)",
+            "rows/s",
+            as_logged,
+        )
+        self.result.ratios.append(Ratio("ceiling", "ceiling_as_logged", "ceiling prepared / as logged"))
 
         def load_seconds() -> float:
             started = time.perf_counter()

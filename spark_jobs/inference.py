@@ -268,9 +268,30 @@ def _load_shipped(shipped: ShippedModel):
             import mlflow.pytorch
 
             model = mlflow.pytorch.load_model(folder, map_location="cpu")
-        model.eval()
+        model = prepared_for_inference(model)
         _LOADED[shipped.name] = model
     return model
+
+
+def prepared_for_inference(model):
+    """``model`` in eval mode, and a TorchScript model frozen and optimised for inference.
+
+    Freezing inlines the weights as constants; ``optimize_for_inference`` then rewrites the
+    convolutions to oneDNN's and folds what it can: the same outputs, and the MNIST CNN's
+    forward about 1.5-3x faster on one CPU thread. The benchmark's ceiling uses the same
+    function. A module that cannot be frozen (an eager one, or one that TorchScript refuses)
+    is scored as it is.
+    """
+    import torch
+
+    model.eval()
+    if not isinstance(model, torch.jit.ScriptModule):
+        return model
+    try:
+        return torch.jit.optimize_for_inference(torch.jit.freeze(model))
+    except RuntimeError as err:  # a model TorchScript cannot freeze still scores, unoptimised
+        log.warning("scoring the TorchScript model unoptimised: %s", str(err).splitlines()[0])
+        return model
 
 
 def predict(model, features: np.ndarray, workflow: Workflow, model_uri: str = "the model") -> list[pa.Array]:
@@ -287,7 +308,7 @@ def predict(model, features: np.ndarray, workflow: Workflow, model_uri: str = "t
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         inputs = torch.from_numpy(features)
     parts = []
-    with torch.no_grad():
+    with torch.inference_mode():
         for first in range(0, n, FORWARD_ROWS):
             parts.append(model(inputs[first : first + FORWARD_ROWS]).numpy())
     if workflow.output.is_classifier:
@@ -299,7 +320,9 @@ def predict(model, features: np.ndarray, workflow: Workflow, model_uri: str = "t
                 f"needs class probabilities [{n}, {classes}]"
             )
         prediction = pa.array(np.argmax(probs, axis=1).astype(np.int32)) if n else pa.array([], pa.int32())
-        return [prediction, *(pa.array(probs[:, c].astype(np.float64)) for c in range(classes))]
+        # One transposing cast: each class's column is then a contiguous row Arrow wraps as is.
+        by_class = np.ascontiguousarray(probs.T, dtype=np.float64)
+        return [prediction, *(pa.array(by_class[c]) for c in range(classes))]
     values = np.concatenate([p.reshape(len(p), -1) for p in parts]) if parts else np.zeros((0, 1), np.float32)
     if values.shape != (n, 1):
         raise ValueError(
