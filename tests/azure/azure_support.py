@@ -21,10 +21,20 @@ CHECKPOINTS_URL = f"abfs://{CHECKPOINTS_CONTAINER}/mnist_nightly_retrain/run-1"
 EPOCHS, KILL_AT = 12, 3
 
 
+def pulled(key: str, task_ids: Any, when: Any) -> Any:
+    """What a task pulls: the evidence a retraining starts from (``check_evidence``), else the
+    gate's result, one XCom per key (multiple_outputs), as the scoring task pulls it."""
+    if task_ids == "check_evidence":
+        day = when.subtract(days=1).date().isoformat()
+        return {"end_ds": day, "days": [day], "reasons": ["drift"]}
+    return PINNED_MODEL_URI if key == "uri" else {"uri": PINNED_MODEL_URI}
+
+
 def render(task: Any, logical_date: str = "2026-11-29T02:00:00+00:00") -> dict[str, Any]:
     """Render ``task``'s templates for a run at ``logical_date`` (an empty data interval, like
     the nightly's) and return the context to execute it with: Airflow's task runner, minus
-    the metadata database (XCom answers with a pinned model URI and takes nothing)."""
+    the metadata database (XCom answers with a pinned model URI, or the retraining's evidence
+    of the day before, and takes nothing)."""
     when = pendulum.parse(logical_date)
     dag = task.dag
     context = {
@@ -35,8 +45,7 @@ def render(task: Any, logical_date: str = "2026-11-29T02:00:00+00:00") -> dict[s
         "run_id": f"scheduled__{when.isoformat()}",
         "params": {name: dag.params[name] for name in dag.params},
         "ti": SimpleNamespace(
-            # The gate's result, one XCom per key (multiple_outputs), as the scoring task pulls it.
-            xcom_pull=lambda key="return_value", **_: PINNED_MODEL_URI if key == "uri" else {"uri": PINNED_MODEL_URI},
+            xcom_pull=lambda key="return_value", task_ids=None, **_: pulled(key, task_ids, when),
             xcom_push=lambda **_: None,
             get_first_reschedule_date=lambda _context: None,  # the sensor's first poke
         ),
