@@ -530,14 +530,7 @@ def score(
         writer = spark_job(cfg, task_id=task_id, job="score", args=arguments.argv())
         partition_lock(cfg, "predictions", start_ds, end_ds or start_ds, [writer])
     if watched:
-        check = DriftCheckOperator(
-            task_id="check_drift",
-            monitoring_root=cfg.object_storage_uri(cfg.monitoring_root),
-            start_ds=start_ds,
-            end_ds=end_ds,
-            storage_conn_id=cfg.storage_conn_id or None,
-            mlflow_conn_id=cfg.mlflow_conn_id,
-        )
+        check = report_check(cfg, DriftCheckOperator, "check_drift", start_ds, end_ds)
         writer >> check >> signal_evidence(cfg, check.output, task_id="signal_drift", reason="drift")
     return group
 
@@ -554,16 +547,24 @@ def label_feedback(cfg: PlatformConfig, *, start_ds: Any, end_ds: Any) -> list[B
         end_ds=end_ds,
     )
     job = spark_job(cfg, task_id="realised_metric", job="feedback", args=arguments.argv())
-    check = LabelCheckOperator(
-        task_id="check_labels",
+    check = report_check(cfg, LabelCheckOperator, "check_labels", start_ds, end_ds)
+    signal = signal_evidence(cfg, check.output, task_id="signal_degradation", reason="realised_metric")
+    return [job, check, signal]
+
+
+def report_check(
+    cfg: PlatformConfig, kind: type[DriftCheckOperator], task_id: str, start_ds: Any, end_ds: Any
+) -> DriftCheckOperator:
+    """The task reading the reports a job wrote under the workflow's monitoring root for
+    ``start_ds..end_ds`` (drift: the score job's; labels: the feedback job's)."""
+    return kind(
+        task_id=task_id,
         monitoring_root=cfg.object_storage_uri(cfg.monitoring_root),
         start_ds=start_ds,
         end_ds=end_ds,
         storage_conn_id=cfg.storage_conn_id or None,
         mlflow_conn_id=cfg.mlflow_conn_id,
     )
-    signal = signal_evidence(cfg, check.output, task_id="signal_degradation", reason="realised_metric")
-    return [job, check, signal]
 
 
 def signal_evidence(cfg: PlatformConfig, check: Any, *, task_id: str, reason: str) -> XComArg:
