@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -151,20 +152,28 @@ def report_figure():
 
 
 # Wall time of each scheduling group in the process that ran it (its tests' set-up, call and
-# tear-down, session fixtures included), from the first test's start to the last one's end:
-# where the suite's time goes, printed with the measured figures.
+# tear-down, session fixtures included), from the first test's start to the last one's end,
+# and the CPU seconds its process and the child processes it waited for used meanwhile
+# (services a test starts are counted once stopped; the platform's, which ``make up``
+# detaches, are not): where the suite's time goes, printed with the measured figures.
 _group_times: dict[str, list[float]] = {}
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
-    started = time.time()
+    started, cpu = time.time(), _cpu_seconds()
     try:
         return (yield)
     finally:
-        span = _group_times.setdefault(schedule_group(item.nodeid), [started, started, 0])
+        span = _group_times.setdefault(schedule_group(item.nodeid), [started, started, 0, 0.0])
         span[1] = time.time()
         span[2] += 1
+        span[3] += _cpu_seconds() - cpu
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -172,9 +181,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(os.environ[FIGURES_ENV], "a", encoding="utf-8") as figures:
-        for group, (start, end, count) in sorted(_group_times.items(), key=lambda kv: kv[1][0]):
+        for group, (start, end, count, cpu) in sorted(_group_times.items(), key=lambda kv: kv[1][0]):
             figures.write(
-                f"group {group} ({count} tests) on {worker}: {end - start:.0f} s, "
+                f"group {group} ({count} tests) on {worker}: {end - start:.0f} s, {cpu:.0f} CPU s, "
                 f"{time.strftime('%H:%M:%S', time.localtime(start))}-{time.strftime('%H:%M:%S', time.localtime(end))}\n"
             )
 

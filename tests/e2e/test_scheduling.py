@@ -1,10 +1,12 @@
 """Scheduler-driven runs on the real Airflow components (API server, scheduler, DAG
 processor; LocalExecutor; Postgres metadata DB) on loopback: backfills with ``airflow backfill create``, the
 ``as_of`` model policy across a promotion, on-demand training triggered through the REST
-API (valid and invalid conf), a bulk backfill compared row for row with daily runs, the
-champion Asset starting the re-scoring DAG, undeclared conf keys arriving by the CLI, a
+API (a diverging rate, invalid conf), a bulk backfill compared row for row with daily runs,
+undeclared conf keys arriving by the CLI, a
 backfill and TriggerDagRunOperator, a future logical date from the CLI, a week of days whose
 drops never came (skipped, not failed), and Airflow's own kills of a running Spark task.
+(A valid on-demand run that promotes, and the champion Asset starting the re-scoring DAG,
+run on the platform of ``make up``: tests/platform/test_platform_flows.py.)
 
 ``mnist_batch_scoring`` has data-interval semantics: ``--from-date 2026-11-01 --to-date
 2026-11-03`` creates the runs that score ds 2026-11-01..2026-11-03.
@@ -26,7 +28,6 @@ from process_markers import describe, marked_processes, wait_for_marked_process,
 
 SCORING = "mnist_batch_scoring"
 BULK = "mnist_bulk_backfill_scoring"
-ON_NEW_CHAMPION = "mnist_score_on_new_champion"
 ROWS = 1000
 DAYS = [f"2026-11-0{d}" for d in range(1, 4)]  # ds 2026-11-01 .. 2026-11-03
 FIRST_DAYS = DAYS[:1]  # the first backfill; the reprocess adds the other days
@@ -46,7 +47,7 @@ def champion(scoring_champion):
 def services(airflow_services, champion):
     stack = airflow_services
     stack.generate_drops(DAYS, rows=ROWS, seed=3)
-    dags = (SCORING, "mnist_train_on_demand", BULK, ON_NEW_CHAMPION)
+    dags = (SCORING, "mnist_train_on_demand", BULK)
     for dag_id in (*dags, "e2e_trigger_with_unknown_key", "e2e_spark_kill"):
         wait_for(lambda dag_id=dag_id: stack.api("GET", f"/dags/{dag_id}")[0] == 200, 120, 2, f"{dag_id} parsed")
         stack.airflow("dags", "unpause", dag_id, capture_output=True)
@@ -305,51 +306,6 @@ def test_a_future_logical_date_through_the_cli_is_refused_naming_it(services):
     assert "logical_date 2099-01-01T00:00:00+00:00 is in the future" in output, output[-3000:]
     status, runs = services.api("GET", "/dags/mnist_train_on_demand/dagRuns?logical_date_gte=2099-01-01T00:00:00Z")
     assert status == 200 and runs["dag_runs"] == [], runs
-
-
-def test_valid_training_conf_runs_with_those_parameters_and_its_promotion_rescores(
-    services, backfills, mlflow_client, champion
-):
-    """An on-demand run with chosen parameters trains, registers and promotes; the champion
-    Asset event of its ``publish_champion`` starts ``mnist_score_on_new_champion``, which
-    re-scores the newest curated day with the new version. ``champion`` is unset first so
-    that the accuracy floor alone decides (the module's champion is restored after). It
-    trains on days the backfills curated."""
-    # 4,000 training rows for 15 epochs: about 0.98 held-out accuracy, clear of the 0.93 floor
-    # (3 days for 5 epochs gave 0.85).
-    conf = {"epochs": 15, "end_ds": DAYS[-1], "window_days": len(DAYS), "promote": True}
-    mlflow_client.delete_registered_model_alias(MODEL, "champion")
-    try:
-        status, run = services.api("POST", "/dags/mnist_train_on_demand/dagRuns", {"logical_date": None, "conf": conf})
-        assert status == 200, run
-        final = finished_run(services, "mnist_train_on_demand", run["dag_run_id"])
-        assert final["state"] == "success", task_instances(services, "mnist_train_on_demand", run["dag_run_id"])
-        (trained,) = mlflow_client.search_runs(
-            mlflow_client.get_experiment_by_name(MODEL).experiment_id,
-            filter_string=f"tags.airflow_run_id = '{run['dag_run_id']}'",
-        )
-        assert trained.data.params["epochs"] == "15"
-        assert (trained.data.params["data_start_ds"], trained.data.params["data_end_ds"]) == (DAYS[0], DAYS[-1])
-        new = mlflow_client.get_model_version_by_alias(MODEL, "champion")
-        assert new.run_id == trained.info.run_id
-
-        rescored = wait_for(
-            lambda: (
-                (r := services.api("GET", f"/dags/{ON_NEW_CHAMPION}/dagRuns?run_type=asset_triggered")[1])["dag_runs"]
-                and r["dag_runs"][0]
-            ),
-            300,
-            1,
-            f"{ON_NEW_CHAMPION} started by the champion Asset",
-        )
-        rescored = finished_run(services, ON_NEW_CHAMPION, rescored["dag_run_id"])
-        assert rescored["state"] == "success", task_instances(services, ON_NEW_CHAMPION, rescored["dag_run_id"])
-        latest = max(p.name.removeprefix("ds=") for p in (services.storage_root / "curated" / "mnist").glob("ds=*"))
-        table = scored(services, latest)
-        assert table.num_rows == curated_rows(services, latest)
-        assert set(table.column("model_version").to_pylist()) == {new.version}
-    finally:
-        mlflow_client.set_registered_model_alias(MODEL, "champion", champion.version)
 
 
 def test_undeclared_conf_key_from_the_cli_fails_the_run_at_check_conf(services):
