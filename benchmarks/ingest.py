@@ -32,6 +32,7 @@ from ml_contract.layout import partition_path
 from ml_platform.job_arguments import IngestArguments
 
 DS = "2026-09-15"
+SMALL_DS = "2026-09-16"  # the small drop's day
 # (workflow, suffix of its measurement and ratio names): MNIST keeps the names it always had.
 WORKFLOWS = (("mnist", ""), ("diabetes", "_diabetes"))
 
@@ -94,40 +95,65 @@ class IngestBench(Benchmark):
         super().__init__(env, sizes)
         self.raw = self.root / "raw"
 
-    def job_args(self, workflow: str, out: str) -> dict[str, str]:
+    def job_args(self, workflow: str, out: str, ds: str = DS) -> dict[str, str]:
         return {
-            "raw_path": partition_path(self.raw / workflow, DS),
-            "ds": DS,
+            "raw_path": partition_path(self.raw / workflow, ds),
+            "ds": ds,
             "curated_root": str(self.root / out / workflow / "curated"),
             "quarantine_root": str(self.root / out / workflow / "quarantine"),
         }
 
-    def in_session_seconds(self, workflow: str) -> float:
+    def in_session_seconds(self, workflow: str, rows: int, ds: str = DS) -> float:
         from spark_jobs import workflows
         from spark_jobs.ingest import ingest_partition
 
         spark = self.env.spark()
         started = time.perf_counter()
         report = ingest_partition(
-            spark, workflow=workflows.load(workflow), max_bad_ratio=0.05, **self.job_args(workflow, "session")
+            spark, workflow=workflows.load(workflow), max_bad_ratio=0.05, **self.job_args(workflow, "session", ds)
         )
         seconds = time.perf_counter() - started
-        if report.rows_curated != self.sizes.ingest_rows:
-            raise RuntimeError(f"ingest {workflow} curated {report.rows_curated} of {self.sizes.ingest_rows} rows")
+        if report.rows_curated != rows:
+            raise RuntimeError(f"ingest {workflow} curated {report.rows_curated} of {rows} rows")
         return seconds
 
     def submit_seconds(self, workflow: str) -> float:
         paths = self.job_args(workflow, "submit")
         return self.env.submit_job("ingest", IngestArguments(workflow=workflow, **paths).argv()).seconds
 
-    def pyarrow_seconds(self, workflow: str, csv: Path) -> float:
+    def pyarrow_seconds(self, workflow: str, csv: Path, rows: int) -> float:
         out = self.root / "pyarrow" / workflow
         started = time.perf_counter()
-        rows = pyarrow_ingest(workflow, csv, out / "curated", out / "quarantine")
+        read = pyarrow_ingest(workflow, csv, out / "curated", out / "quarantine")
         seconds = time.perf_counter() - started
-        if rows != self.sizes.ingest_rows:
-            raise RuntimeError(f"pyarrow read {rows} of {self.sizes.ingest_rows} {workflow} rows")
+        if read != rows:
+            raise RuntimeError(f"pyarrow read {read} of {rows} {workflow} rows")
         return seconds
+
+    def compare(self, workflow: str, suffix: str, rows: int, ds: str, size: str) -> Path:
+        """pyarrow and the in-session job on one drop of ``rows`` rows, and their ratio;
+        ``size`` ("" for the drop the target is judged at, else "small") names them."""
+        s, r = self.sizes, self.result
+        csv = write_raw_drop(self.raw / workflow, ds, rows, workflow=workflow)
+        self.result.settings[f"csv_bytes{'_' + size if size else ''}{suffix}"] = csv.stat().st_size
+        key, shown = (f"_{size}", f", {rows:,} rows") if size else ("", "")
+        self.pyarrow_seconds(workflow, csv, rows)  # warm-up: page cache, imports
+        r.add(
+            f"pyarrow{key}{suffix}",
+            f"pyarrow, one process (2 threads), {workflow}{shown}",
+            "rows/s",
+            [rows / t for t in repeat(s.repeats, lambda: self.pyarrow_seconds(workflow, csv, rows))],
+        )
+        self.in_session_seconds(workflow, rows, ds)  # warm-up
+        r.add(
+            f"ingest_job{key}{suffix}",
+            f"ingest job (ingest_partition, local[2], warm session), {workflow}{shown}",
+            "rows/s",
+            [rows / t for t in repeat(s.repeats, lambda: self.in_session_seconds(workflow, rows, ds))],
+        )
+        label = "ingest job / pyarrow" + (f" ({workflow}{shown})" if suffix or size else "")
+        r.ratios.append(Ratio(f"ingest_job{key}{suffix}", f"pyarrow{key}{suffix}", label))
+        return csv
 
     def run(self) -> BenchResult:
         import pyarrow as pa
@@ -135,27 +161,12 @@ class IngestBench(Benchmark):
         s, r = self.sizes, self.result
         rows = s.ingest_rows
         pa.set_cpu_count(2)
-        settings = {"rows": rows, "master": "local[2]", "pyarrow_threads": 2}
+        r.settings = {"rows": rows, "small_rows": s.ingest_small_rows, "master": "local[2]", "pyarrow_threads": 2}
         for workflow, suffix in WORKFLOWS:
-            csv = write_raw_drop(self.raw / workflow, DS, rows, workflow=workflow)
-            settings[f"csv_bytes{suffix}"] = csv.stat().st_size
-            self.pyarrow_seconds(workflow, csv)  # warm-up: page cache, imports
-            r.add(
-                f"pyarrow{suffix}",
-                f"pyarrow, one process (2 threads), {workflow}",
-                "rows/s",
-                [rows / t for t in repeat(s.repeats, lambda w=workflow, c=csv: self.pyarrow_seconds(w, c))],
-            )
-            self.in_session_seconds(workflow)  # warm-up
-            r.add(
-                f"ingest_job{suffix}",
-                f"ingest job (ingest_partition, local[2], warm session), {workflow}",
-                "rows/s",
-                [rows / t for t in repeat(s.repeats, lambda w=workflow: self.in_session_seconds(w))],
-            )
-            label = "ingest job / pyarrow" + (f" ({workflow})" if suffix else "")
-            r.ratios.append(Ratio(f"ingest_job{suffix}", f"pyarrow{suffix}", label))
+            csv = self.compare(workflow, suffix, rows, DS, "")
             self.storage(workflow, suffix, csv)
+            # A small drop beside it: the job's fixed cost per drop, which the large one hides.
+            self.compare(workflow, suffix, s.ingest_small_rows, SMALL_DS, "small")
         self.env.stop_spark()
         if s.e2e_repeats:
             r.add(
@@ -166,7 +177,6 @@ class IngestBench(Benchmark):
                 note="JVM and Spark start included",
             )
             r.ratios.append(Ratio("ingest_job_submit", "pyarrow", "ingest job via spark-submit / pyarrow"))
-        r.settings = settings
         return r
 
     def storage(self, workflow: str, suffix: str, csv: Path) -> None:

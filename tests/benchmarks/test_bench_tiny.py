@@ -124,7 +124,12 @@ def test_the_comparisons_the_issue_asks_for_are_there(tiny_report):
     assert table and all(row["samples/s"] > 0 and 0 < row["start-up s"] < row["wall s"] for row in table), table
     assert runs["training_scaling"]["series"]["samples_vs_batch"]["lines"], runs["training_scaling"]["series"]
     assert {"score_job_diabetes", "ceiling_diabetes", "transfer_floor_diabetes"} <= set(runs["scoring"]["measurements"])
-    assert {"ingest_job", "pyarrow", "ingest_job_diabetes", "pyarrow_diabetes"} <= set(runs["ingest"]["measurements"])
+    assert {
+        f"{measured}{size}{suffix}"
+        for measured in ("ingest_job", "pyarrow")
+        for size in ("", "_small")
+        for suffix in ("", "_diabetes")
+    } <= set(runs["ingest"]["measurements"])
     # Storage: both sides are byte counts of files that exist, the Parquet side well above
     # a footer's size (it holds every row).
     ingest = runs["ingest"]["measurements"]
