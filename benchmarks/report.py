@@ -58,6 +58,8 @@ def fmt(value: float | None, unit: str) -> str:
         return f"{value:.3f} s" if value < 1 else f"{value:.1f} s"
     if unit in ("accuracy", "rmse"):  # a model's metric, not a count
         return f"{value:.4f}"
+    if unit == "share of days":  # a rate: 0.045, not "0"
+        return f"{value:.3f} {unit}"
     return f"{value:,.0f} {unit}"
 
 

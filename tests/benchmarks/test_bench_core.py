@@ -85,3 +85,12 @@ def test_event_logs_with_unicode_line_separators_in_a_plan_are_read(tmp_path):
         "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8"
     )
     assert spark_applications(tmp_path) == [{"start": 1.0, "first_job": 2.5, "end": 4.0}]
+
+
+def test_a_share_of_days_is_shown_as_the_rate_not_rounded_to_zero():
+    """The drift benchmark's false-alarm rates (0.045, 0.07) were published as "0 share of days"."""
+    from benchmarks.report import fmt
+
+    assert fmt(0.045, "share of days") == "0.045 share of days"
+    assert fmt(1.0, "share of days") == "1.000 share of days"
+    assert fmt(34_145.0, "rows/s") == "34,145 rows/s"
