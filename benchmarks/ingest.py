@@ -135,7 +135,7 @@ class IngestBench(Benchmark):
         ``size`` ("" for the drop the target is judged at, else "small") names them."""
         s, r = self.sizes, self.result
         csv = write_raw_drop(self.raw / workflow, ds, rows, workflow=workflow)
-        self.result.settings[f"csv_bytes{'_' + size if size else ''}{suffix}"] = csv.stat().st_size
+        r.settings[f"csv_bytes{'_' + size if size else ''}{suffix}"] = csv.stat().st_size
         key, shown = (f"_{size}", f", {rows:,} rows") if size else ("", "")
         self.pyarrow_seconds(workflow, csv, rows)  # warm-up: page cache, imports
         r.add(
