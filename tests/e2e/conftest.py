@@ -6,13 +6,16 @@ Postgres metadata DB on the session's embedded PostgreSQL (see :func:`airflow_se
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from quick_models import register_quick_champion
 
-from e2e_support import MODEL, RETRY_DELAY_S, run_nightly
-from local_stack import LocalStack, free_port, fresh_database
+from e2e_support import MODEL, RETRY_DELAY_S, bash, block_after, commands, copy_of_checkout, readers_env
+from local_stack import REPO, LocalStack, SocketWatch, free_port, fresh_database
 from package_jobs import package_jobs
 
 # The end-to-end tests' own DAGs (tests/e2e/dags), a second DAG bundle beside the project's.
@@ -42,16 +45,39 @@ def mlflow_client(stack):
     return MlflowClient(tracking_uri=stack.tracking_uri)
 
 
-@pytest.fixture(scope="session")
-def champion(stack, mlflow_client):
-    """A trained, registered champion: the nightly DAG's, run once if no test made one yet."""
-    from mlflow.exceptions import MlflowException
+@dataclass
+class Demo:
+    """``make demo`` as a newcomer runs it, and what it left in its checkout."""
 
-    try:
-        return mlflow_client.get_model_version_by_alias(MODEL, "champion")
-    except MlflowException:
-        run_nightly(stack)
-        return mlflow_client.get_model_version_by_alias(MODEL, "champion")
+    root: Path  # the copy of the checkout it ran in
+    ran: subprocess.CompletedProcess
+    listeners: SocketWatch  # every listening socket of its processes while it ran
+    summary: dict  # the JSON summary it printed last
+
+    @property
+    def state(self) -> Path:
+        return self.root / "var"
+
+    def airflow_log(self) -> str:
+        """Airflow's whole output of the nightly (the file the demo names)."""
+        return Path(re.search(r"Airflow's output: (\S+)", self.ran.stdout)[1]).read_text()
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory) -> Demo:
+    """The README's first command, exactly as written (read from the Markdown), run once with
+    bash in a copy of the checkout with a reader's environment: the nightly for today, for
+    real (MLflow server, spark-submit, two Horovod ranks), on the default ports. The tests of
+    the nightly (test_nightly_retrain.py) and of the README (test_readme_commands.py) read
+    what it printed and what it left in the copy's ``var``."""
+    command = commands(block_after(REPO / "README.md", "## The two commands"))[0]
+    assert command.split()[:2] == ["make", "demo"]
+    root = copy_of_checkout(tmp_path_factory.mktemp("demo") / "checkout")
+    with SocketWatch(interval=0.5) as listeners:
+        ran = bash(command, root, readers_env(), timeout=1500)
+    assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-3000:]
+    summary = json.loads(re.search(r"^\[nightly\] (\{.*?\n\})", ran.stdout, flags=re.DOTALL | re.MULTILINE)[1])
+    return Demo(root, ran, listeners, summary)
 
 
 @pytest.fixture(scope="session")

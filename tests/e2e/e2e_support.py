@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import date
 from pathlib import Path
 
@@ -24,6 +25,22 @@ def copy_of_checkout(root: Path) -> Path:
     )
     (root / ".venv").symlink_to(REPO / ".venv")
     return root
+
+
+def block_after(document: Path, heading: str) -> str:
+    """The first ``bash`` block after ``heading`` in ``document``."""
+    text = document.read_text()
+    return text[text.index(heading) :].split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def commands(block: str) -> list[str]:
+    """A block's commands, one per line, comments and continuations kept as written."""
+    lines = block.replace("\\\n", " ").splitlines()
+    return [line for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+def bash(script: str, cwd, env, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-euc", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def readers_env() -> dict[str, str]:

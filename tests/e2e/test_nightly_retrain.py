@@ -1,41 +1,66 @@
-"""``mnist_nightly_retrain`` through ``airflow dags test``: real spark-submit, a real MLflow
-server and two Horovod ranks. The DAG runs once, shared by the assertions below (about
-three minutes on two cores); meanwhile a thread lists the sockets listening in every
-process of the session (MLflow, Airflow, Spark, Horovod and its ranks). Its rerun for the
-same date, which must add a version but no rows, runs on a standalone cluster
-(test_spark_cluster.py)."""
+"""``mnist_nightly_retrain`` as ``make demo`` runs it (the ``demo`` fixture: the README's
+first command, exactly as written, in a copy of the checkout): ``airflow dags test`` with real
+spark-submit, a real MLflow server and two Horovod ranks, while a thread lists the sockets
+listening in every process (MLflow, Airflow, Spark, Horovod and its ranks). The assertions
+read what it left: the copy's MLflow store (behind a tracking server of the test's own on it,
+the demo's having stopped), its data, its Airflow metadata DB and Airflow's output. The same
+DAG against a standalone cluster: test_spark_cluster.py."""
 
 from __future__ import annotations
 
+import pyarrow.dataset as pads
 import pytest
 
-from e2e_support import MODEL, nightly_table, run_nightly
-from e2e_support import NIGHTLY_PARTITION as PARTITION
+from e2e_support import MODEL
 from e2e_support import NIGHTLY_ROWS as ROWS
-from local_stack import SocketWatch
+from local_stack import LocalStack, free_port
 
 DAG_ID = "mnist_nightly_retrain"
 
 
 @pytest.fixture(scope="module")
-def nightly_runs(stack, mlflow_client):
-    with SocketWatch(interval=0.5) as listeners:
-        log = run_nightly(stack)
-    first = {
-        "champion": mlflow_client.get_model_version_by_alias(MODEL, "champion"),
-        "curated_rows": nightly_table(stack, "curated", ["row_id"]).num_rows,
-        "scored": nightly_table(stack, "predictions", ["row_id", "model_name", "model_version"]),
-        "log": log,
-        "listeners": listeners,
-    }
-    return {"first": first}
+def nightly_runs_and_client(demo):
+    """What the demo's nightly left, read through an MLflow server on the demo's store (its
+    artifacts are served, ``mlflow-artifacts:`` URIs)."""
+    from mlflow import MlflowClient
+
+    stack = LocalStack(state_dir=demo.state, mlflow_port=free_port())
+    stack.start_mlflow()
+    try:
+        client = MlflowClient(tracking_uri=stack.tracking_uri)
+        partition = demo.summary["partition"]
+
+        def table(dataset: str, columns: list[str]):
+            return pads.dataset(str(stack.storage_root / dataset / "mnist" / f"ds={partition}")).to_table(columns)
+
+        first = {
+            "partition": partition,
+            "champion": client.get_model_version_by_alias(MODEL, "champion"),
+            "curated_rows": table("curated", ["row_id"]).num_rows,
+            "scored": table("predictions", ["row_id", "model_name", "model_version"]),
+            "log": demo.airflow_log(),
+            "listeners": demo.listeners,
+        }
+        yield {"first": first}, client
+    finally:
+        stack.stop_mlflow()
+
+
+@pytest.fixture(scope="module")
+def mlflow_client(nightly_runs_and_client):
+    return nightly_runs_and_client[1]
+
+
+@pytest.fixture(scope="module")
+def nightly_runs(nightly_runs_and_client):
+    return nightly_runs_and_client[0]
 
 
 def test_first_run_registers_a_champion_that_passes_the_gate(nightly_runs):
     champion = nightly_runs["first"]["champion"]
     assert champion.tags["validation_status"] == "passed"
     assert float(champion.tags["holdout_accuracy"]) >= 0.93
-    assert champion.tags["data_end_ds"] == PARTITION
+    assert champion.tags["data_end_ds"] == nightly_runs["first"]["partition"]
     assert champion.tags["airflow_run_id"]
     assert champion.tags["git_revision"]
 
@@ -103,14 +128,13 @@ def tags_window(version) -> str:
     return start if start == end else f"{start}..{end}"
 
 
-def test_gate_stored_its_extra_link_to_the_pinned_version(stack, nightly_runs):
+def test_gate_stored_its_extra_link_to_the_pinned_version(demo, nightly_runs):
     import json
 
     import sqlalchemy
 
-    # The metadata DB the runs wrote to: SQLite, or Postgres once the scheduler-driven
-    # tests have started their services (the stack is shared by the whole session).
-    engine = sqlalchemy.create_engine(stack.env()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    # The demo's metadata DB (SQLite under the copy's var/airflow).
+    engine = sqlalchemy.create_engine(f"sqlite:///{demo.state / 'airflow' / 'airflow.db'}")
     query = sqlalchemy.text(
         "SELECT CAST(value AS TEXT) FROM xcom WHERE dag_id = :dag AND task_id = 'gate_model' AND key = :key"
     )
@@ -121,7 +145,8 @@ def test_gate_stored_its_extra_link_to_the_pinned_version(stack, nightly_runs):
         engine.dispose()
     links = {json.loads(value) for (value,) in rows}
     version = nightly_runs["first"]["champion"].version
-    assert f"{stack.tracking_uri}/#/models/{MODEL}/versions/{version}" in links
+    assert demo.summary["model_page"] == f"http://127.0.0.1:5000/#/models/{MODEL}/versions/{version}"
+    assert demo.summary["model_page"] in links
 
 
 def test_task_logs_show_progress(nightly_runs):

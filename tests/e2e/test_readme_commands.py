@@ -1,6 +1,7 @@
 """The README's first command and its platform commands, and the on-demand trigger of
 docs/scheduling.md, run exactly as written (read from the Markdown) with bash in a copy of
-the checkout, as a newcomer runs them: ``make demo`` (the nightly for today, for real), then
+the checkout, as a newcomer runs them: ``make demo`` (the nightly for today, for real; the
+``demo`` fixture of conftest.py), then
 ``make up`` on its default ports, ``. var/platform.env``, the CLI and REST triggers with
 the printed login, ``make down``. (The backfill recipe runs on the platform of
 tests/platform; ``make test`` is what CI runs.)
@@ -12,33 +13,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import urllib.request
 
 import psutil
 
-from e2e_support import copy_of_checkout, readers_env
+from e2e_support import bash, block_after, commands, copy_of_checkout, readers_env
 from local_stack import AIRFLOW_API_PORT, REPO, wait_until
 
 README = REPO / "README.md"
 SCHEDULING = REPO / "docs" / "scheduling.md"
 ON_DEMAND = "mnist_train_on_demand"
-
-
-def block_after(document, heading: str) -> str:
-    """The first ``bash`` block after ``heading`` in ``document``."""
-    text = document.read_text()
-    return text[text.index(heading) :].split("```bash\n", 1)[1].split("```", 1)[0]
-
-
-def commands(block: str) -> list[str]:
-    """A block's commands, one per line, comments and continuations kept as written."""
-    lines = block.replace("\\\n", " ").splitlines()
-    return [line for line in lines if line.strip() and not line.strip().startswith("#")]
-
-
-def bash(script: str, cwd, env, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-euc", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def api_runs(user: str, password: str) -> list[dict]:
@@ -59,21 +43,18 @@ def api_runs(user: str, password: str) -> list[dict]:
         return json.load(resp)["dag_runs"]
 
 
-def test_make_demo_as_written_trains_promotes_scores_and_checks_the_day(tmp_path):
+def test_make_demo_as_written_trains_promotes_scores_and_checks_the_day(demo):
     """What the README says ``make demo`` ends with: the registered version, its held-out
-    accuracy, the scored partition, every row scored once by it, and the day's drift check."""
-    demo = commands(block_after(README, "## The two commands"))[0]
-    assert demo.split()[:2] == ["make", "demo"]
-    root = copy_of_checkout(tmp_path / "checkout")
-    ran = bash(demo, root, readers_env(), timeout=1500)
-    assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-3000:]
-    lines = [line.removeprefix("[nightly] ") for line in ran.stdout.splitlines() if line.startswith("[nightly]")]
-    tasks = {line.split()[0]: line.split()[1] for line in lines if line.startswith("  ")}
+    accuracy, the scored partition, every row scored once by it, and the day's drift check
+    (the ``demo`` fixture ran it as written; test_nightly_retrain.py looks closer)."""
+    tasks = {
+        line.split()[1]: line.split()[2] for line in demo.ran.stdout.splitlines() if line.startswith("[nightly]   ")
+    }
     assert tasks["score_partition"] == "success" and tasks["check_drift"] == "success", tasks
-    summary = json.loads(re.search(r"^\[nightly\] (\{.*?\n\})", ran.stdout, flags=re.DOTALL | re.MULTILINE)[1])
+    summary = demo.summary
     assert summary["workflow"] == "mnist" and float(summary["holdout_accuracy"]) >= 0.93, summary
     assert summary["scored_rows"] == 5000 and summary["scored_versions"] == [summary["model"].rsplit("/", 1)[1]]
-    assert summary["drift_check"] == "no_drift" and summary["drift_report"].startswith(str(root / "var"))
+    assert summary["drift_check"] == "no_drift" and summary["drift_report"].startswith(str(demo.state))
 
 
 def test_make_up_the_cli_and_rest_triggers_and_make_down_as_written(tmp_path):

@@ -30,7 +30,7 @@ SCORING = "mnist_batch_scoring"
 BULK = "mnist_bulk_backfill_scoring"
 ROWS = 1000
 DAYS = [f"2026-11-0{d}" for d in range(1, 4)]  # ds 2026-11-01 .. 2026-11-03
-FIRST_DAYS = DAYS[:1]  # the first backfill; the reprocess adds the other days
+REPROCESSED = DAYS[1:]  # backfilled again, over completed runs, with the as_of policy
 MISSING_DAY = "2026-11-04"  # no drop: never curated
 NO_DROP_WEEK = ("2026-10-01", "2026-10-07")  # days no test drops anything for
 UNKNOWN_KEY = "unknown_key"  # the key tests/e2e/dags/e2e_airflow_paths.py triggers with
@@ -91,13 +91,10 @@ def curated_rows(stack, ds: str) -> int:
 
 @pytest.fixture(scope="module")
 def backfills(services, champion):
-    """One day backfilled, then three days with ``--reprocess-behavior completed`` (the
-    first is reprocessed, the other two are new), then one bulk run over the same three
-    days and one more, never curated. Scored tables are kept after each step; wall
-    times of the last two."""
-    backfill(services, FIRST_DAYS[0], FIRST_DAYS[-1])
-    first = {ds: scored(services, ds) for ds in FIRST_DAYS}
-    first_files = {ds: scored_files(services, ds) for ds in FIRST_DAYS}
+    """Three days backfilled with the README's flags (``--reprocess-behavior completed``, the
+    conf stated; none of the days has run before), then one bulk run over the same three days
+    and one more, never curated. Scored tables and files are kept after each step; wall
+    times of both."""
     # Reprocessed runs keep the conf of their earlier run unless one is given: say "current".
     daily_seconds = backfill(
         services,
@@ -109,7 +106,6 @@ def backfills(services, champion):
         json.dumps({"model_policy": "current"}),
     )
     daily = {ds: scored(services, ds) for ds in DAYS}
-    rewritten = {ds: not scored_files(services, ds) & first_files[ds] for ds in FIRST_DAYS}
     # The bulk run spans one day more than was ever curated: it writes the three it has,
     # then fails naming the missing one (its first try is enough; the retries are stopped).
     started = time.monotonic()
@@ -138,9 +134,7 @@ def backfills(services, champion):
     assert finished_run(services, BULK, run_id)["state"] == "failed"
     bulk = {ds: scored(services, ds) for ds in DAYS}
     return {
-        "first": first,
         "daily": daily,
-        "rewritten": rewritten,
         "bulk": bulk,
         "bulk_log": bulk_log,
         "daily_seconds": daily_seconds,
@@ -148,25 +142,63 @@ def backfills(services, champion):
     }
 
 
+@pytest.fixture(scope="module")
+def as_of_reprocess(services, backfills, mlflow_client, champion):
+    """Days 2-3, completed by the daily backfill, backfilled again (``--reprocess-behavior
+    completed``) with the ``as_of`` policy across a promotion: version 'new' registered and
+    made champion since 2026-11-03T12:00, 'old' (the module's champion) before. The history
+    is in the legacy one-tag format, which is still read. Returns ``(old, new, the days'
+    scored tables after it, their files before and after it)``; the champion is 'old' again
+    afterwards."""
+    import mlflow
+
+    old = champion
+    mlflow.set_tracking_uri(services.tracking_uri)
+    try:
+        new = mlflow.register_model(old.source, MODEL, tags={"validation_status": "passed"})
+    finally:
+        mlflow.set_tracking_uri(None)
+    history = [
+        {"version": old.version, "since": "2026-10-01T00:00:00+00:00"},
+        {"version": new.version, "since": "2026-11-03T12:00:00+00:00"},
+    ]
+    mlflow_client.set_registered_model_tag(MODEL, "champion_history", json.dumps(history))
+    mlflow_client.set_registered_model_alias(MODEL, "champion", new.version)
+    files_before = {ds: scored_files(services, ds) for ds in REPROCESSED}  # the bulk run's
+    try:
+        backfill(
+            services,
+            REPROCESSED[0],
+            REPROCESSED[-1],
+            "--reprocess-behavior",
+            "completed",
+            "--dag-run-conf",
+            json.dumps({"model_policy": "as_of"}),
+        )
+    finally:
+        mlflow_client.set_registered_model_alias(MODEL, "champion", old.version)
+    again = {ds: scored(services, ds) for ds in REPROCESSED}
+    return old, new, again, {ds: (files_before[ds], scored_files(services, ds)) for ds in REPROCESSED}
+
+
 def test_backfill_scores_one_partition_per_day_with_one_pinned_version(services, backfills, champion):
-    assert sorted(backfills["first"]) == FIRST_DAYS
-    for table in backfills["first"].values():
-        assert table.num_rows == ROWS
-        assert set(table.column("model_version").to_pylist()) == {champion.version}
     for ds in DAYS:
-        assert backfills["daily"][ds].num_rows == curated_rows(services, ds) == ROWS
+        table = backfills["daily"][ds]
+        assert table.num_rows == curated_rows(services, ds) == ROWS
+        assert len(set(table.column("row_id").to_pylist())) == ROWS
+        assert set(table.column("model_version").to_pylist()) == {champion.version}
 
 
-def test_reprocessing_completed_days_replaces_partitions_without_duplicates(backfills):
-    """The README's backfill flags (``--reprocess-behavior completed``, the conf stated) run
-    again over completed days: each is rewritten (no file of the first run is left), each
-    row once."""
-    assert backfills["rewritten"] == dict.fromkeys(FIRST_DAYS, True)
-    for ds in FIRST_DAYS:
-        again = backfills["daily"][ds]
-        assert again.num_rows == backfills["first"][ds].num_rows == ROWS
-        assert len(set(again.column("row_id").to_pylist())) == ROWS
-        assert again.column("row_id").equals(backfills["first"][ds].column("row_id"))
+def test_reprocessing_completed_days_replaces_partitions_without_duplicates(backfills, as_of_reprocess):
+    """A backfill over completed days (``--reprocess-behavior completed``) rewrites each of
+    them (no file written before it is left), each row once, the same rows."""
+    _, _, again, again_files = as_of_reprocess
+    for ds in REPROCESSED:
+        before, after = again_files[ds]
+        assert before and after and not before & after, ds
+        assert again[ds].num_rows == backfills["daily"][ds].num_rows == ROWS
+        assert len(set(again[ds].column("row_id").to_pylist())) == ROWS
+        assert again[ds].column("row_id").equals(backfills["daily"][ds].column("row_id"))
 
 
 def test_bulk_backfill_matches_daily_runs_row_for_row_and_fails_for_the_missing_day(services, backfills, report_figure):
@@ -190,39 +222,13 @@ def test_bulk_backfill_matches_daily_runs_row_for_row_and_fails_for_the_missing_
     )
 
 
-def test_as_of_policy_scores_each_day_with_the_champion_of_that_day(services, backfills, mlflow_client, champion):
-    """Version 'old' is champion until 2026-11-03T12:00, then 'new'. Day D resolves at the
-    nightly's logical time for D (D+1 02:00 UTC, after that night's promotion): 11-02 at
-    11-03 02:00 scores with old, 11-03 at 11-04 02:00 with new. Two days, one round of the
-    DAG's two active runs. The history is in the legacy one-tag format, which is still read."""
-    old = champion
-    import mlflow
-
-    mlflow.set_tracking_uri(services.tracking_uri)
-    try:
-        new = mlflow.register_model(old.source, MODEL, tags={"validation_status": "passed"})
-    finally:
-        mlflow.set_tracking_uri(None)
-    history = [
-        {"version": old.version, "since": "2026-10-01T00:00:00+00:00"},
-        {"version": new.version, "since": "2026-11-03T12:00:00+00:00"},
-    ]
-    mlflow_client.set_registered_model_tag(MODEL, "champion_history", json.dumps(history))
-    mlflow_client.set_registered_model_alias(MODEL, "champion", new.version)
-    try:
-        backfill(
-            services,
-            DAYS[1],
-            DAYS[2],
-            "--reprocess-behavior",
-            "completed",
-            "--dag-run-conf",
-            json.dumps({"model_policy": "as_of"}),
-        )
-        versions = {ds: set(scored(services, ds).column("model_version").to_pylist()) for ds in DAYS[1:3]}
-        assert versions == {DAYS[1]: {old.version}, DAYS[2]: {new.version}}
-    finally:
-        mlflow_client.set_registered_model_alias(MODEL, "champion", old.version)
+def test_as_of_policy_scores_each_day_with_the_champion_of_that_day(services, as_of_reprocess):
+    """Day D resolves at the nightly's logical time for D (D+1 02:00 UTC, after that night's
+    promotion): 11-02 at 11-03 02:00 scores with 'old', 11-03 at 11-04 02:00 with 'new'.
+    Two days, one round of the DAG's two active runs."""
+    old, new, again, _ = as_of_reprocess
+    versions = {ds: set(again[ds].column("model_version").to_pylist()) for ds in REPROCESSED}
+    assert versions == {DAYS[1]: {old.version}, DAYS[2]: {new.version}}
 
 
 @pytest.mark.parametrize(

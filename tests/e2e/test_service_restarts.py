@@ -2,7 +2,7 @@
 scheduler (LocalExecutor): the scheduler crashing with its executor's workers and their
 running tasks (all in its process group), and separately the API server (the execution
 API that every running task reports to) restarted. Each backfill of
-``mnist_batch_scoring`` (two days around the scheduler crash, one around the API server's
+``mnist_batch_scoring`` (one day around the scheduler crash, one around the API server's
 restart) must complete after the restart with every day scored once, and no task's Spark
 job may ever run in two copies at the same time (a sampler watches every job process's
 identity for the whole backfill)."""
@@ -23,7 +23,7 @@ ROWS = 500
 CONF = '{"model_policy": "current"}'
 RESTARTS = {
     # service -> the first and last day its backfill covers (days no other test writes)
-    "scheduler": ("2026-11-22", "2026-11-23"),
+    "scheduler": ("2026-11-22", "2026-11-22"),
     "api-server": ("2026-11-25", "2026-11-25"),
 }
 # The scheduler crashes (SIGKILL to it, its executor's workers and their tasks: a lost node,
