@@ -1,22 +1,26 @@
-"""The benchmark suite, end to end at its tiny size: ``python -m benchmarks --size tiny``.
+"""The benchmark suite, end to end at its tiny size: the README's ``make bench``, exactly as
+written (read from the Markdown), with ``BENCH_SIZE=tiny`` in a reader's shell, in a copy of
+the checkout.
 
 Runs every benchmark for real (spark-submit, MLflow server, Horovod, ``airflow dags
 test``) on small data and checks what a reader of the report relies on: the files, a
-positive rate for every measurement, every ratio and target, the machine. Small inputs
-make the numbers themselves meaningless here; ``make bench`` produces the real ones.
+positive rate for every measurement, every ratio and target, the machine, and that a tiny
+report is not published. Small inputs make the numbers themselves meaningless here;
+``make bench`` at its default size produces the real ones.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from reader_shell import bash, block_after, commands, copy_of_checkout, readers_env
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = ("scoring", "training", "training_scaling", "robustness", "ingest", "backfill", "orchestration", "drift")
@@ -48,35 +52,25 @@ TIMEOUT_S = 1800  # alone about 5 minutes; beside the fault tests on 2 cores, ov
 
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory, report_figure):
-    out = tmp_path_factory.mktemp("bench-results")
+    """``(the report folder, results.json, results.md, make's output)`` of the README's
+    ``make bench`` run at ``BENCH_SIZE=tiny``."""
+    command = commands(block_after(REPO / "README.md", "## Performance"))[0]
+    assert command.split("#")[0].split() == ["make", "bench"], command
+    root = copy_of_checkout(tmp_path_factory.mktemp("bench") / "checkout")
+    out = root / "benchmarks" / "results"
+    shutil.rmtree(out, ignore_errors=True)  # a report left in this checkout is not this run's
     started = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "--size",
-            "tiny",
-            "--out",
-            str(out),
-            "--work-dir",
-            str(tmp_path_factory.mktemp("bench-work")),
-        ],
-        cwd=REPO,
-        # As `make bench` runs it: without the PYTHONPATH this test session gives its own
-        # Spark workers (tests/spark_sessions.py), which hid a benchmark that could not import.
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    report_figure(f"benchmarks --size tiny: {time.monotonic() - started:.0f} s")
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
-    return out, json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
+    # A reader's shell: without the PYTHONPATH this test session gives its own Spark workers
+    # (tests/spark_sessions.py), which once hid a benchmark that could not import.
+    ran = bash(command, root, {**readers_env(), "BENCH_SIZE": "tiny"}, timeout=TIMEOUT_S)
+    report_figure(f"make bench BENCH_SIZE=tiny: {time.monotonic() - started:.0f} s")
+    assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-6000:]
+    document = json.loads((out / "results.json").read_text())
+    return out, document, (out / "results.md").read_text(), ran.stdout
 
 
 def test_report_files_are_written(tiny_report):
-    out, _, markdown = tiny_report
+    out, _, markdown, _ = tiny_report
     assert markdown.startswith("# Benchmark results")
     for plot in PLOTS:
         assert (out / plot).read_bytes().startswith(PNG_MAGIC), plot
@@ -84,7 +78,7 @@ def test_report_files_are_written(tiny_report):
 
 
 def test_every_benchmark_has_positive_measurements_ratios_and_targets(tiny_report):
-    _, document, _ = tiny_report
+    _, document, _, _ = tiny_report
     assert document["errors"] == {}
     assert set(document["benchmarks"]) == set(BENCHMARKS)
     for name, result in document["benchmarks"].items():
@@ -107,7 +101,7 @@ def test_every_benchmark_has_positive_measurements_ratios_and_targets(tiny_repor
 
 
 def test_the_comparisons_the_issue_asks_for_are_there(tiny_report):
-    _, document, _ = tiny_report
+    _, document, _, _ = tiny_report
     runs = document["benchmarks"]
     assert {"score_job", "ceiling", "per_batch_load", "closure"} <= set(runs["scoring"]["measurements"])
     assert any("closure UDF" in note for note in runs["scoring"]["notes"])
@@ -154,7 +148,7 @@ def test_the_comparisons_the_issue_asks_for_are_there(tiny_report):
 
 
 def test_markdown_lists_every_target_and_the_machine(tiny_report):
-    _, document, markdown = tiny_report
+    _, document, markdown, _ = tiny_report
     targets = [t["label"] for r in document["benchmarks"].values() for t in r["targets"]]
     for phrase in TARGET_PHRASES:
         assert any(phrase in label for label in targets), phrase
@@ -167,15 +161,21 @@ def test_markdown_lists_every_target_and_the_machine(tiny_report):
 
 
 def test_the_performance_document_takes_its_figures_from_the_report(tiny_report, tmp_path):
-    """``python -m benchmarks.publish`` refuses the tiny report (nothing written), and the same
+    """``make bench`` at the tiny size and ``python -m benchmarks.publish`` refuse to publish
+    the tiny report (nothing written), and the same
     report published as a default run replaces exactly the marked block of
     docs/performance.md (every target, benchmark and robustness night of the report is in
     it, and the prose around it is left as it was) and of the README (the targets)."""
     from benchmarks import publish
 
-    out, document, _ = tiny_report
-    doc = tmp_path / "performance.md"
+    out, document, _, made = tiny_report
     original = (REPO / "docs" / "performance.md").read_text()
+    # make bench at the tiny size wrote its report and published nothing.
+    assert "[bench] a --size tiny report is not published" in made, made[-3000:]
+    copy = out.parents[1]
+    assert (copy / "docs" / "performance.md").read_text() == original
+    assert (copy / "README.md").read_text() == (REPO / "README.md").read_text()
+    doc = tmp_path / "performance.md"
     doc.write_text(original)
     refused = subprocess.run(
         [sys.executable, "-m", "benchmarks.publish", "--results", str(out / "results.json"), "--doc", str(doc)],

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from quick_models import register_quick_champion
+from reader_shell import bash, block_after, commands, copy_of_checkout, readers_env
 
-from e2e_support import MODEL, RETRY_DELAY_S, bash, block_after, commands, copy_of_checkout, readers_env
+from e2e_support import MODEL, RETRY_DELAY_S
 from local_stack import REPO, LocalStack, SocketWatch, free_port, fresh_database
 from package_jobs import package_jobs
 

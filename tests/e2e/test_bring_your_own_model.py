@@ -16,8 +16,8 @@ import tomllib
 import pyarrow.dataset as pads
 import pytest
 from mlflow import MlflowClient
+from reader_shell import copy_of_checkout, readers_env
 
-from e2e_support import copy_of_checkout, readers_env
 from local_stack import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "wine"

@@ -16,8 +16,8 @@ import re
 import urllib.request
 
 import psutil
+from reader_shell import bash, block_after, commands, copy_of_checkout, readers_env
 
-from e2e_support import bash, block_after, commands, copy_of_checkout, readers_env
 from local_stack import AIRFLOW_API_PORT, REPO, wait_until
 
 README = REPO / "README.md"

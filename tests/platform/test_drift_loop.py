@@ -7,9 +7,10 @@ profile logged by the register job). Then, through the REST API:
 1. ten days from the training distribution re-scored in one bulk backfill: every day's
    drift report says ``no_drift``, ``signal_drift`` is skipped, no retraining starts;
 2. late labels of one of those days, wrong on every row: the label feedback judges the day
-   degraded and its evidence starts ``mnist_retrain_on_drift``, which trains on the window
-   ending that day and registers a version tagged with the evidence; the promotion rule
-   decides (its validation tags);
+   degraded and its evidence starts ``mnist_retrain_on_drift``, whose evidence check names
+   the realised metric and the window ending that day; once its training has started it is
+   stopped (marked failed): what a retraining then does, train, register with the evidence
+   and let the promotion rule decide, the inverted day's shows;
 3. an inverted day (every pixel ``255 - x``) scored: its drift report names what moved, the
    evidence starts a retraining again (more than the cooldown after the first);
 4. the inverted day after it: drift again, and the retraining it starts is skipped by the
@@ -70,8 +71,8 @@ def evidence_days(cli, run_id: str) -> set[str]:
     return {ds for event in events for ds in (event.get("extra") or {}).get("days", [])}
 
 
-def retraining_for(cli, ds: str) -> dict:
-    """The retraining run the evidence of day ``ds`` started, once finished."""
+def retraining_started_by(cli, ds: str) -> dict:
+    """The retraining run the evidence of day ``ds`` started (one, Asset-triggered)."""
     started = wait_until(
         lambda: [r for r in retrain_runs(cli) if ds in evidence_days(cli, r["dag_run_id"])],
         300,
@@ -79,7 +80,12 @@ def retraining_for(cli, ds: str) -> dict:
         f"{RETRAIN} started by the evidence of {ds}",
     )
     assert [r["run_type"] for r in started] == ["asset_triggered"], started
-    return finished(cli, RETRAIN, started[0]["dag_run_id"])
+    return started[0]
+
+
+def retraining_for(cli, ds: str) -> dict:
+    """The retraining run the evidence of day ``ds`` started, once finished."""
+    return finished(cli, RETRAIN, retraining_started_by(cli, ds)["dag_run_id"])
 
 
 @pytest.fixture(scope="module")
@@ -125,13 +131,27 @@ def test_late_labels_of_a_degraded_day_start_a_retraining(loop):
     realised = client.get_metric_history(champion.run_id, "realised_accuracy")
     assert [m.step for m in realised] == [int(LABELLED.replace("-", ""))] and realised[0].value < 0.2
 
-    retraining = retraining_for(cli, LABELLED)
-    states = task_states(cli, RETRAIN, retraining["dag_run_id"])
-    assert retraining["state"] == "success", states
-    assert xcom(cli, RETRAIN, retraining["dag_run_id"], "check_evidence")["reasons"] == ["realised_metric"]
-    (version,) = client.search_model_versions(f"name = '{MODEL}' and tags.retraining_evidence_ds = '{LABELLED}'")
-    assert version.tags["retraining_reason"] == "realised_metric"
-    assert version.tags["validation_status"] in ("passed", "failed") and version.tags["validation_reason"]
+    started = retraining_started_by(cli, LABELLED)
+    # The retraining trains: its evidence check passed and its training task started.
+    wait_until(
+        lambda: task_states(cli, RETRAIN, started["dag_run_id"]).get("train_model") in ("running", "success"),
+        300,
+        1,
+        f"{RETRAIN}'s training started",
+    )
+    evidence = xcom(cli, RETRAIN, started["dag_run_id"], "check_evidence")
+    assert (evidence["reasons"], evidence["end_ds"]) == (["realised_metric"], LABELLED), evidence
+    # Stopped there (the inverted day's retraining shows the rest): the run ends failed, its
+    # training task with it, and it registers nothing.
+    cli.api("PATCH", f"/dags/{RETRAIN}/dagRuns/{started['dag_run_id']}", {"state": "failed"})
+    assert finished(cli, RETRAIN, started["dag_run_id"])["state"] == "failed"
+    wait_until(
+        lambda: task_states(cli, RETRAIN, started["dag_run_id"])["train_model"] not in ("running", "queued"),
+        120,
+        1,
+        f"{RETRAIN}'s stopped training ended",
+    )
+    assert not client.search_model_versions(f"name = '{MODEL}' and tags.retraining_evidence_ds = '{LABELLED}'")
 
 
 def test_an_inverted_day_is_flagged_and_retrains_once_per_cooldown(loop):
@@ -151,5 +171,7 @@ def test_an_inverted_day_is_flagged_and_retrains_once_per_cooldown(loop):
     assert first["check_evidence"] == "success" and first["register_model"] == "success", first
     (version,) = client.search_model_versions(f"name = '{MODEL}' and tags.retraining_evidence_ds = '{INVERTED[0]}'")
     assert version.tags["retraining_reason"] == "drift"
+    # The promotion rule decided about it, as about any version.
+    assert version.tags["validation_status"] in ("passed", "failed") and version.tags["validation_reason"]
     assert second["check_evidence"] == "skipped" and second["train_model"] == "skipped", second
     assert not client.search_model_versions(f"name = '{MODEL}' and tags.retraining_evidence_ds = '{INVERTED[1]}'")
