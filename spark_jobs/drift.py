@@ -32,7 +32,8 @@ infinite values, or classes the model does not have, is reported drifted with th
 (p-value 0), never raised; a day naming other statistics than the reference raises
 ``ValueError`` naming them.
 
-numpy and scipy only; matplotlib is imported by :func:`plot_report` alone.
+numpy and scipy (imported when a test runs); matplotlib is imported by :func:`plot_report`
+and :func:`load_libraries` alone.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import numpy as np
-from scipy import stats
 
 from ml_contract.workflows import ROW_SUMMARIES
 
@@ -277,6 +277,26 @@ def _class_indices(values: np.ndarray, classes: int) -> np.ndarray | None:
 
 
 # --- the tests ----------------------------------------------------------------------------
+def _stats():
+    """``scipy.stats``, imported when a test first runs (0.9 s of CPU): a job that imports
+    this module to score without a check does not pay for it."""
+    from scipy import stats
+
+    return stats
+
+
+def load_libraries() -> None:
+    """Import what a check and its plot use (scipy's tests, matplotlib's Agg canvas and its
+    font list): about 1.5 s of CPU that the score job spends while its executors score
+    (:func:`spark_jobs.monitoring.prepare_check`), not after."""
+    _stats()
+    from matplotlib import font_manager
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+
+    font_manager.findfont(font_manager.FontProperties())
+
+
 def ks_test(profile: StatisticProfile, day: np.ndarray) -> tuple[float, float]:
     """(D, p-value) of the two-sample Kolmogorov-Smirnov test of finite ``day`` values
     against the reference ``profile``, both in the stored float32 precision.
@@ -309,7 +329,7 @@ def ks_test(profile: StatisticProfile, day: np.ndarray) -> tuple[float, float]:
             # Where its exact p-value rounds outside [0, 1] (D near 0), scipy documents the
             # switch to the asymptotic one: nothing for a driver log to warn about.
             warnings.filterwarnings("ignore", "ks_2samp: Exact calculation unsuccessful", RuntimeWarning)
-            result = stats.ks_2samp(reference, day)
+            result = _stats().ks_2samp(reference, day)
         return float(result.statistic), float(np.clip(result.pvalue, 0.0, 1.0))
     ranks = quantile_ranks(m, len(reference))
     points = np.union1d(reference, day)
@@ -319,7 +339,7 @@ def ks_test(profile: StatisticProfile, day: np.ndarray) -> tuple[float, float]:
     day_ecdf = np.searchsorted(day, points, side="right") / n
     distance = max(0.0, float(np.max(at_least - day_ecdf)), float(np.max(day_ecdf - fewer_than)))
     effective = max(1, round(m * n / (m + n)))
-    return distance, float(np.clip(stats.kstwo.sf(distance, effective), 0.0, 1.0))
+    return distance, float(np.clip(_stats().kstwo.sf(distance, effective), 0.0, 1.0))
 
 
 def chi_square_test(reference_counts: Sequence[int], day_counts: Sequence[int]) -> tuple[float, float]:
@@ -354,7 +374,7 @@ def chi_square_test(reference_counts: Sequence[int], day_counts: Sequence[int]) 
             kept[0] = kept[0] + pooled
     if len(kept) < 2:
         return 0.0, 1.0
-    statistic, p_value, _, _ = stats.chi2_contingency(np.stack(kept, axis=1))
+    statistic, p_value, _, _ = _stats().chi2_contingency(np.stack(kept, axis=1))
     return float(statistic), float(np.clip(p_value, 0.0, 1.0))
 
 

@@ -38,6 +38,8 @@ import logging
 import math
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -166,6 +168,39 @@ def scoring_statistics(workflow: Workflow) -> RowStatistics:
     return [f"{STATISTIC_PREFIX}{name}" for name in names], compute
 
 
+@dataclass(frozen=True)
+class CheckInputs:
+    """What the check of a version's days needs besides the days' rows: the version's
+    training run, its experiment and its reference profile (None: it has none)."""
+
+    run_id: str
+    experiment_id: str
+    reference: drift.ReferenceProfile | None
+
+
+def prepare_check(model: PinnedModel) -> CheckInputs:
+    """Read from MLflow what the check of ``model``'s days needs and import the libraries of
+    the check and its plot: no Spark, so the score job runs it on a thread of its driver
+    while the executors score (:func:`prepare_in_background`) instead of after."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    run_id = str(client.get_model_version(model.name, model.version).run_id)
+    experiment_id = client.get_run(run_id).info.experiment_id
+    reference = load_reference(run_id)
+    drift.load_libraries()
+    return CheckInputs(run_id, experiment_id, reference)
+
+
+def prepare_in_background(model: PinnedModel) -> Future[CheckInputs]:
+    """:func:`prepare_check` on a thread of its own; its result (or error) when asked for."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drift-check-inputs")
+    try:
+        return pool.submit(prepare_check, model)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with its one task
+
+
 def check_days(
     scored_df: DataFrame,
     counts: Mapping[str, int],
@@ -173,17 +208,17 @@ def check_days(
     *,
     model_name: str,
     model_version: str,
-    run_id: str,
+    inputs: CheckInputs,
     monitoring_root: str,
 ) -> dict[str, dict[str, Any]]:
     """Each scored day (``counts``: rows per day) against the version's reference: its report
     written to storage and to the version's run. ``scored_df``: the score job's rows, ``ds``,
-    ``prediction`` and the :func:`scoring_statistics` columns. Returns ``{ds: summary}``."""
+    ``prediction`` and the :func:`scoring_statistics` columns; ``inputs``: the version's
+    run and reference (:func:`prepare_check`). Returns ``{ds: summary}``."""
     from mlflow import MlflowClient
 
     spark = scored_df.sparkSession
-    experiment_id = MlflowClient().get_run(run_id).info.experiment_id
-    reference = load_reference(run_id)
+    run_id, experiment_id, reference = inputs.run_id, inputs.experiment_id, inputs.reference
     names = list(workflow.monitoring.statistics)
     days: dict[str, dict[str, np.ndarray]] = {ds: {} for ds in counts if counts[ds]}
     if reference is not None and days:

@@ -117,12 +117,14 @@ def score_partitions(
     see every new day at once), each replacing its previous version; days without a curated
     partition are reported, the others still written. Returns the per-partition counts read back from the output.
     """
+    watched = bool(monitoring_root) and workflow.monitoring.drift
+    # The check's inputs from MLflow and its libraries, read while the executors score.
+    check_inputs = monitoring.prepare_in_background(model) if watched else None
     curated_df = read_partitions(spark, input_root, start_ds, end_ds)
     rows_in = {r[PARTITION_COL]: r["count"] for r in curated_df.groupBy(PARTITION_COL).count().collect()}
     expected = days_between(start_ds, end_ds)
     missing = [ds for ds in expected if ds not in rows_in]
     rows_out: dict[str, int] = {}
-    watched = bool(monitoring_root) and workflow.monitoring.drift
     shadow = monitoring.shadow_of(model, shadow_alias) if monitoring_root and shadow_alias else None
     drift: dict[str, dict] = {}
     shadowed: dict[str, dict] = {}
@@ -136,14 +138,14 @@ def score_partitions(
         replace_partitions(scored_df.select(*prediction_columns(workflow)), scored_root)
         read_back = read_partitions(spark, scored_root, start_ds, end_ds)
         rows_out = {r[PARTITION_COL]: r["count"] for r in read_back.groupBy(PARTITION_COL).count().collect()}
-        if watched:
+        if check_inputs is not None:
             drift = monitoring.check_days(
                 scored_df,
                 rows_out,
                 workflow,
                 model_name=model.name,
                 model_version=model.version,
-                run_id=_run_of(model),
+                inputs=check_inputs.result(),
                 monitoring_root=str(monitoring_root),
             )
         if shadow is not None:
@@ -163,13 +165,6 @@ def score_partitions(
     if shadow_alias and monitoring_root:
         report["shadow"] = shadowed
     return report
-
-
-def _run_of(model: PinnedModel) -> str:
-    """The training run of the pinned version (where its reference profile lives)."""
-    from mlflow import MlflowClient
-
-    return str(MlflowClient().get_model_version(model.name, model.version).run_id)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -304,3 +304,22 @@ def test_the_plot_is_a_png_of_the_most_shifted_statistics(reference, tmp_path):
     empty = drift.compare(reference, {"x": np.array([]), "pred": np.array([])}, false_alarm_rate=RATE)
     drift.plot_report(empty, reference, {"x": np.array([]), "pred": np.array([])}, tmp_path / "empty.png")
     assert (tmp_path / "empty.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_score_job_without_a_check_imports_neither_scipy_nor_matplotlib():
+    """The score job imports this module; scipy's tests (0.9 s of CPU) and matplotlib load
+    only for a check (``load_libraries``, on a thread while the executors score)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, spark_jobs.score\n"
+        "loaded = lambda: sorted(m for m in ('scipy.stats', 'matplotlib.figure') if m in sys.modules)\n"
+        "print(loaded())\n"
+        "spark_jobs.score.monitoring.drift.load_libraries()\n"
+        "print(loaded())\n"
+    )
+    root = Path(drift.__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["[]", "['matplotlib.figure', 'scipy.stats']"], done.stdout
