@@ -65,8 +65,9 @@ def tier(item: pytest.Item) -> str:
 # processes finish at about the same time; the rest follow in collection order.
 # tests/e2e is three groups, each with a stack of its own: the modules driven by Airflow's
 # scheduler (they share its services), the lost-task and restart modules (services of
-# their own), and the others, driven by ``airflow dags test`` (they share the nightly's
-# champion); the production profile builds a stack of its own.
+# their own), and the others, driven by ``airflow dags test`` and ``make`` (they share one
+# run of ``make demo`` and the session stack's standalone-cluster nightly); the production
+# profile builds a stack of its own.
 SHARED_STACK_FOLDERS = ("e2e", "faults", "azure", "plugins", "platform")
 E2E_SCHEDULER_MODULES = {
     "test_diabetes_workflow.py",
