@@ -18,13 +18,13 @@ NIGHTLY_ROWS = 5000
 RETRY_DELAY_S = 30
 
 
-def nightly_table(stack, dataset: str, columns: list[str] | None = None):
+def nightly_table(stack, dataset: str, columns: list[str] | None = None, partition: str = NIGHTLY_PARTITION):
     """The nightly's partition of ``dataset`` (``curated``, ``predictions``) as an Arrow table."""
     import pyarrow.dataset as pads
 
     from ml_contract.layout import partition_path
 
-    path = partition_path(stack.storage_root / dataset / WORKFLOW, NIGHTLY_PARTITION)
+    path = partition_path(stack.storage_root / dataset / WORKFLOW, partition)
     assert Path(path).is_dir(), f"{path} was not written"
     return pads.dataset(path, format="parquet").to_table(columns=columns)
 

@@ -8,52 +8,47 @@ DAG against a standalone cluster: test_spark_cluster.py."""
 
 from __future__ import annotations
 
-import pyarrow.dataset as pads
 import pytest
 
-from e2e_support import MODEL
+from e2e_support import MODEL, nightly_table
 from e2e_support import NIGHTLY_ROWS as ROWS
-from local_stack import LocalStack, free_port
+from local_stack import MLFLOW_PORT, LocalStack, free_port
 
 DAG_ID = "mnist_nightly_retrain"
 
 
 @pytest.fixture(scope="module")
-def nightly_runs_and_client(demo):
-    """What the demo's nightly left, read through an MLflow server on the demo's store (its
-    artifacts are served, ``mlflow-artifacts:`` URIs)."""
-    from mlflow import MlflowClient
-
+def demo_stack(demo):
+    """The demo's state behind an MLflow server of this module's own (the demo's stopped with
+    it; the store's artifacts are served, ``mlflow-artifacts:`` URIs)."""
     stack = LocalStack(state_dir=demo.state, mlflow_port=free_port())
     stack.start_mlflow()
     try:
-        client = MlflowClient(tracking_uri=stack.tracking_uri)
-        partition = demo.summary["partition"]
-
-        def table(dataset: str, columns: list[str]):
-            return pads.dataset(str(stack.storage_root / dataset / "mnist" / f"ds={partition}")).to_table(columns)
-
-        first = {
-            "partition": partition,
-            "champion": client.get_model_version_by_alias(MODEL, "champion"),
-            "curated_rows": table("curated", ["row_id"]).num_rows,
-            "scored": table("predictions", ["row_id", "model_name", "model_version"]),
-            "log": demo.airflow_log(),
-            "listeners": demo.listeners,
-        }
-        yield {"first": first}, client
+        yield stack
     finally:
         stack.stop_mlflow()
 
 
 @pytest.fixture(scope="module")
-def mlflow_client(nightly_runs_and_client):
-    return nightly_runs_and_client[1]
+def mlflow_client(demo_stack):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=demo_stack.tracking_uri)
 
 
 @pytest.fixture(scope="module")
-def nightly_runs(nightly_runs_and_client):
-    return nightly_runs_and_client[0]
+def nightly_runs(demo, demo_stack, mlflow_client):
+    """What the demo's nightly left."""
+    partition = demo.summary["partition"]
+    first = {
+        "partition": partition,
+        "champion": mlflow_client.get_model_version_by_alias(MODEL, "champion"),
+        "curated_rows": nightly_table(demo_stack, "curated", ["row_id"], partition).num_rows,
+        "scored": nightly_table(demo_stack, "predictions", ["row_id", "model_name", "model_version"], partition),
+        "log": demo.airflow_log(),
+        "listeners": demo.listeners,
+    }
+    return {"first": first}
 
 
 def test_first_run_registers_a_champion_that_passes_the_gate(nightly_runs):
@@ -128,13 +123,13 @@ def tags_window(version) -> str:
     return start if start == end else f"{start}..{end}"
 
 
-def test_gate_stored_its_extra_link_to_the_pinned_version(demo, nightly_runs):
+def test_gate_stored_its_extra_link_to_the_pinned_version(demo, demo_stack, nightly_runs):
     import json
 
     import sqlalchemy
 
-    # The demo's metadata DB (SQLite under the copy's var/airflow).
-    engine = sqlalchemy.create_engine(f"sqlite:///{demo.state / 'airflow' / 'airflow.db'}")
+    # The demo's metadata DB (SQLite in the copy's var/airflow).
+    engine = sqlalchemy.create_engine(demo_stack.env()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
     query = sqlalchemy.text(
         "SELECT CAST(value AS TEXT) FROM xcom WHERE dag_id = :dag AND task_id = 'gate_model' AND key = :key"
     )
@@ -145,7 +140,7 @@ def test_gate_stored_its_extra_link_to_the_pinned_version(demo, nightly_runs):
         engine.dispose()
     links = {json.loads(value) for (value,) in rows}
     version = nightly_runs["first"]["champion"].version
-    assert demo.summary["model_page"] == f"http://127.0.0.1:5000/#/models/{MODEL}/versions/{version}"
+    assert demo.summary["model_page"] == f"http://127.0.0.1:{MLFLOW_PORT}/#/models/{MODEL}/versions/{version}"
     assert demo.summary["model_page"] in links
 
 
