@@ -1,7 +1,8 @@
 """Scheduler-driven runs on the real Airflow components (API server, scheduler, DAG
 processor; LocalExecutor; Postgres metadata DB) on loopback: backfills with ``airflow backfill create``, the
 ``as_of`` model policy across a promotion, on-demand training triggered through the REST
-API (a diverging rate, invalid conf), a bulk backfill compared row for row with daily runs,
+API (a diverging rate, invalid conf), a bulk backfill (docs/scheduling.md's command, run as
+written) compared row for row with daily runs,
 undeclared conf keys arriving by the CLI, a
 backfill and TriggerDagRunOperator, a future logical date from the CLI, a week of days whose
 drops never came (skipped, not failed), and Airflow's own kills of a running Spark task.
@@ -17,13 +18,16 @@ from __future__ import annotations
 import inspect
 import json
 import time
+from datetime import date, timedelta
 
 import numpy as np
 import pyarrow.dataset as pads
 import pytest
+from reader_shell import bash, block_after
 
 from e2e_support import MODEL, backfills_done, finished_run, task_instances, task_log, wait_for
 from e2e_support import backfill as backfill_runs
+from local_stack import REPO
 from process_markers import describe, marked_processes, wait_for_marked_process, wait_for_no_marked_processes
 
 SCORING = "mnist_batch_scoring"
@@ -31,7 +35,7 @@ BULK = "mnist_bulk_backfill_scoring"
 ROWS = 1000
 DAYS = [f"2026-11-0{d}" for d in range(1, 4)]  # ds 2026-11-01 .. 2026-11-03
 REPROCESSED = DAYS[1:]  # backfilled again, over completed runs, with the as_of policy
-MISSING_DAY = "2026-11-04"  # no drop: never curated
+GUIDE = REPO / "docs" / "scheduling.md"
 NO_DROP_WEEK = ("2026-10-01", "2026-10-07")  # days no test drops anything for
 UNKNOWN_KEY = "unknown_key"  # the key tests/e2e/dags/e2e_airflow_paths.py triggers with
 MARKER_VAR = "E2E_MARKER"  # ditto: set on every process of e2e_spark_kill's jobs
@@ -85,6 +89,18 @@ def scored_files(stack, ds: str) -> set[str]:
     return {p.name for p in (stack.storage_root / "predictions" / "mnist" / f"ds={ds}").glob("*.parquet")}
 
 
+def bulk_block() -> str:
+    """docs/scheduling.md's bulk-backfill command, as a reader runs it."""
+    return block_after(GUIDE, "## Backfill, in bulk")
+
+
+def bulk_range() -> list[str]:
+    """The days the guide's bulk run covers (its ``start_ds..end_ds``)."""
+    conf = json.loads(bulk_block().split("--conf '", 1)[1].split("'", 1)[0])
+    first, last = date.fromisoformat(conf["start_ds"]), date.fromisoformat(conf["end_ds"])
+    return [str(first + timedelta(days=n)) for n in range((last - first).days + 1)]
+
+
 def curated_rows(stack, ds: str) -> int:
     return pads.dataset(str(stack.storage_root / "curated" / "mnist" / f"ds={ds}"), format="parquet").count_rows()
 
@@ -106,15 +122,13 @@ def backfills(services, champion):
         json.dumps({"model_policy": "current"}),
     )
     daily = {ds: scored(services, ds) for ds in DAYS}
-    # The bulk run spans one day more than was ever curated: it writes the three it has,
-    # then fails naming the missing one (its first try is enough; the retries are stopped).
+    # The bulk run, triggered by the guide's command as written, spans days never curated:
+    # it writes the three it has, then fails naming the missing ones (its first try is
+    # enough; the retries are stopped).
     started = time.monotonic()
-    status, run = services.api(
-        "POST",
-        f"/dags/{BULK}/dagRuns",
-        {"logical_date": None, "conf": {"start_ds": DAYS[0], "end_ds": MISSING_DAY}},
-    )
-    assert status == 200, run
+    triggered = bash(bulk_block(), cwd=REPO, env=services.env())
+    assert triggered.returncode == 0, triggered.stdout + triggered.stderr
+    (run,) = services.api("GET", f"/dags/{BULK}/dagRuns")[1]["dag_runs"]
     run_id = run["dag_run_id"]
     score_range = wait_for(
         lambda: (
@@ -201,7 +215,7 @@ def test_reprocessing_completed_days_replaces_partitions_without_duplicates(back
         assert again[ds].column("row_id").equals(backfills["daily"][ds].column("row_id"))
 
 
-def test_bulk_backfill_matches_daily_runs_row_for_row_and_fails_for_the_missing_day(services, backfills, report_figure):
+def test_bulk_backfill_matches_daily_runs_row_by_row_and_fails_for_missing_days(services, backfills, report_figure):
     for ds in DAYS:
         bulk, daily = backfills["bulk"][ds], backfills["daily"][ds]
         assert bulk.schema == daily.schema and bulk.num_rows == daily.num_rows == ROWS
@@ -213,8 +227,12 @@ def test_bulk_backfill_matches_daily_runs_row_for_row_and_fails_for_the_missing_
                 assert bulk.column(name).equals(daily.column(name)), (
                     f"ds={ds}: column {name} differs between bulk and daily"
                 )
-    assert not (services.storage_root / "predictions" / "mnist" / f"ds={MISSING_DAY}").exists()
-    assert f"no curated partition for: ['{MISSING_DAY}']" in backfills["bulk_log"], backfills["bulk_log"][-3000:]
+    covered = bulk_range()
+    missing = [ds for ds in covered if ds not in DAYS]
+    assert set(DAYS) < set(covered), (DAYS, covered)  # the guide's range: these days and more
+    for ds in missing:
+        assert not (services.storage_root / "predictions" / "mnist" / f"ds={ds}").exists()
+    assert f"no curated partition for: {missing}" in backfills["bulk_log"], backfills["bulk_log"][-3000:]
     daily_seconds, bulk_seconds = backfills["daily_seconds"], backfills["bulk_seconds"]
     report_figure(
         f"backfill of {len(DAYS)} days x {ROWS} rows: daily runs {daily_seconds:.0f} s, bulk run {bulk_seconds:.0f} s, "
