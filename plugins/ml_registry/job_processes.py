@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -110,10 +111,20 @@ def terminate_process_tree(root_pid: int, *, grace_period: float, log: Log) -> l
     return terminate_processes(procs, grace_period=grace_period, log=log, what=f"spark-submit {root_pid}")
 
 
-def terminate_processes(procs: list[psutil.Process], *, grace_period: float, log: Log, what: str) -> list[int]:
+# How long the processes are waited for after SIGKILL (they die as soon as the kernel runs them).
+REAP_S = 1.0
+
+
+def terminate_processes(
+    procs: list[psutil.Process], *, grace_period: float, log: Log, what: str, deadline: float | None = None
+) -> list[int]:
     """SIGTERM, then SIGKILL after ``grace_period``, the processes, their descendants and
     every process group among them but the caller's own (a group also reaches a member
-    that was not yet visible, such as a pyspark worker being forked). Returns the pids found."""
+    that was not yet visible, such as a pyspark worker being forked). Returns the pids found.
+
+    With ``deadline`` (a :func:`time.monotonic` value) the call returns by then: the grace
+    period is cut short by the time finding the processes took (seconds on a loaded
+    machine), so that the SIGKILL and its wait still fit."""
     import psutil
 
     procs = _with_descendants(procs)
@@ -123,15 +134,14 @@ def terminate_processes(procs: list[psutil.Process], *, grace_period: float, log
     groups = {pgid for pgid in (_pgid(p) for p in procs) if pgid is not None and pgid != own_group}
     log.info("Terminating %s: %d processes in %d process groups", what, len(procs), len(groups))
     _signal_all(procs, groups, signal.SIGTERM)
-    _, alive = psutil.wait_procs(procs, timeout=grace_period)
+    grace = grace_period if deadline is None else min(grace_period, max(0.0, deadline - time.monotonic() - REAP_S))
+    _, alive = psutil.wait_procs(procs, timeout=grace)
     if alive:
-        log.warning(
-            "Killing %d processes still alive after %.1f s: %s", len(alive), grace_period, [p.pid for p in alive]
-        )
+        log.warning("Killing %d processes still alive after %.1f s: %s", len(alive), grace, [p.pid for p in alive])
     # The groups get SIGKILL in any case: it also reaches a process that joined one during
     # the grace period.
     _signal_all(alive, groups, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=1)
+    psutil.wait_procs(alive, timeout=REAP_S if deadline is None else min(REAP_S, max(0.0, deadline - time.monotonic())))
     return [p.pid for p in procs]
 
 

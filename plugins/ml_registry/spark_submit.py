@@ -4,6 +4,7 @@ processes when the task is killed, and never two copies of one task's job."""
 from __future__ import annotations
 
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -29,6 +30,10 @@ __all__ = ["MLFLOW_CREDENTIAL_VARS", "MlflowSparkSubmitOperator", "terminate_pro
 
 # Task state (kept across a task's tries) of where the last attempt submitted its job.
 SUBMITTED_ON_KEY = "ml_spark_job_host"
+# The whole of on_kill's clean-up: Airflow's task supervisor SIGKILLs the task process 5 s
+# after its SIGTERM (``ActivitySubprocess.kill``'s ``escalation_delay``); 1 s is left for
+# the provider's own on_kill.
+ON_KILL_BUDGET_S = 4.0
 
 
 class MlflowSparkSubmitOperator(SparkSubmitOperator):
@@ -68,7 +73,8 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         from elsewhere (a Kubernetes secret, the cluster's credential store).
     :param kill_grace_period: Seconds between SIGTERM and SIGKILL when the task is killed.
         Airflow's task supervisor escalates to SIGKILL on the task itself after 5 s, so the
-        whole clean-up must fit well inside that.
+        whole clean-up fits in :data:`ON_KILL_BUDGET_S`: where finding the job's processes
+        took long (a loaded machine), the SIGKILL comes sooner.
     :param conn_id: the Spark connection, as for :class:`SparkSubmitOperator`.
     :param kwargs: everything :class:`SparkSubmitOperator` takes.
     """
@@ -177,12 +183,17 @@ class MlflowSparkSubmitOperator(SparkSubmitOperator):
         return env
 
     def on_kill(self) -> None:
+        # Done before Airflow's supervisor SIGKILLs this task process, 5 s after its SIGTERM,
+        # however long finding the job's processes took: past the deadline, the SIGKILL
+        # comes sooner than the grace period.
+        deadline = time.monotonic() + ON_KILL_BUDGET_S
         if self.job_key is not None:
             terminate_processes(
                 job_processes(self.job_key, self.attempt),
                 grace_period=self.kill_grace_period,
                 log=self.log,
                 what=f"spark-submit of {self.job_key} (attempt {self.attempt})",
+                deadline=deadline,
             )
         # Locally there is nothing left for the provider to kill; it still runs the
         # post-submit commands and, in cluster modes, kills the application on the cluster.

@@ -4,6 +4,7 @@ Spark job's: a child in the same group, a grandchild that moved to a session of 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import subprocess
@@ -97,3 +98,38 @@ def test_a_retry_stops_what_an_earlier_attempt_left_running(capfd):
         for proc in job_processes(key) + job_processes(other):
             proc.kill()
         unrelated.wait(5)
+
+
+def test_on_kill_ends_before_airflow_escalates_even_when_finding_the_job_is_slow(monkeypatch):
+    """On a loaded machine finding a job's processes takes seconds; the operator's kill must
+    still end before Airflow's supervisor SIGKILLs the task process (5 s after its SIGTERM),
+    and the SIGTERM-ignoring grandchild still dies: the SIGKILL comes sooner than the grace
+    period. (Before the deadline, 2 s of search + the 3 s grace period overran it.)"""
+    from airflow.sdk.execution_time.supervisor import ActivitySubprocess
+
+    from ml_registry import spark_submit
+    from ml_registry.job_processes import job_env, job_key, job_processes
+    from ml_registry.spark_submit import ON_KILL_BUDGET_S, MlflowSparkSubmitOperator
+
+    escalation = inspect.signature(ActivitySubprocess.kill).parameters["escalation_delay"].default
+    key = job_key("d", "train_model", f"manual__{new_marker()}")
+    root = start_tree(new_marker(), job_env(key, 1))
+    search_s = 2.0
+
+    def slow_search(*args):
+        time.sleep(search_s)
+        return job_processes(*args)
+
+    monkeypatch.setattr(spark_submit, "job_processes", slow_search)
+    operator = MlflowSparkSubmitOperator(task_id="train_model", application="job.py")
+    operator.job_key, operator.attempt = key, 1
+    try:
+        started = time.monotonic()
+        operator.on_kill()
+        took = time.monotonic() - started
+        root.wait(5)
+        assert ON_KILL_BUDGET_S < escalation and took < escalation, took
+        assert describe(job_processes(key)) == []
+    finally:
+        for proc in job_processes(key):
+            proc.kill()
