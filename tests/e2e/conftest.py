@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from quick_models import register_quick_champion
+from quiet_airflow import REPARSE_S, REPARSE_VAR
 from reader_shell import bash, block_after, commands, copy_of_checkout, readers_env
 
 from e2e_support import MODEL, RETRY_DELAY_S
@@ -21,7 +22,6 @@ from package_jobs import package_jobs
 
 # The end-to-end tests' own DAGs (tests/e2e/dags), a second DAG bundle beside the project's.
 LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
-REPARSE_VAR, REPARSE_S = "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL", 600
 DAG_BUNDLES = [
     {"name": "dags-folder", "classpath": LOCAL_BUNDLE, "kwargs": {}},
     {"name": "e2e-tests", "classpath": LOCAL_BUNDLE, "kwargs": {"path": str(Path(__file__).parent / "dags")}},
@@ -111,8 +111,7 @@ def airflow_services(stack, postgres_server):
     and with it on it would hide whether the operator registers what it hands a job.
     Failed tasks retry after ``RETRY_DELAY_S`` (the tests of lost tasks wait for retries).
     No DAG file changes while they run: the DAG processor re-parses each file every
-    ``REPARSE_S`` instead of Airflow's 30 s (idle, that was 5 % of a core: 6.0 against 1.2
-    CPU seconds in 2 minutes, measured), and still finds new files every 10 s.
+    ``REPARSE_S`` instead of Airflow's 30 s (tests/quiet_airflow.py).
 
     The services stop after the last test of this process that uses them (see
     :func:`pytest_runtest_teardown`); a later one starts them again.

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pyarrow.dataset as pads
 import pytest
 from quick_models import register_quick_champion
+from quiet_airflow import QUIET_AIRFLOW_ENV
 
 from e2e_support import wait_for
 from local_stack import LocalStack, free_port, fresh_database
@@ -52,6 +53,7 @@ def celery_stack(tmp_path_factory, postgres_server, redis_broker):
                 "AIRFLOW__CELERY__BROKER_URL": redis_broker,
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{sql_conn}",
                 "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+                **QUIET_AIRFLOW_ENV,
             },
         )
         try:

@@ -21,6 +21,7 @@ from platform_stack import (
     USER_VAR,
     Platform,
 )
+from quiet_airflow import QUIET_AIRFLOW_ENV
 
 from local_stack import REPO, free_port, wait_until
 
@@ -35,6 +36,8 @@ class PlatformCli:
         self.state = state
         self.env = {k: v for k, v in os.environ.items() if k not in (DATABASE_URI_VAR, MARKER_VAR)}
         self.env.update({AIRFLOW_PORT_VAR: str(free_port()), MLFLOW_PORT_VAR: str(free_port())})
+        # The platform's services inherit it (for the 25 minutes they serve the tests).
+        self.env.update(QUIET_AIRFLOW_ENV)
         self._token: str | None = None
 
     def __call__(self, command: str) -> subprocess.CompletedProcess:
