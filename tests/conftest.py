@@ -139,6 +139,22 @@ def pytest_configure(config: pytest.Config) -> None:
         handle, path = tempfile.mkstemp(prefix="test-figures-", suffix=".txt")
         os.close(handle)
         os.environ[FIGURES_ENV] = path
+        with open(path, "a", encoding="utf-8") as figures:
+            figures.write(f"{machine_speed()}\n")
+
+
+SPEED_LOOP = 20_000_000
+
+
+def machine_speed() -> str:
+    """The CPU time of a fixed pure-Python loop, measured as the run starts: this machine's
+    speed that day (it varies by tens of percent from day to day), against which to read
+    the run's times."""
+    started = time.process_time()
+    total = 0
+    for i in range(SPEED_LOOP):
+        total += i
+    return f"machine speed: a {SPEED_LOOP:,}-step Python loop took {time.process_time() - started:.2f} CPU s"
 
 
 @pytest.fixture(scope="session")
