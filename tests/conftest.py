@@ -21,6 +21,7 @@ for path in (REPO, REPO / "dags", REPO / "plugins", REPO / "scripts"):
 
 import skip_policy  # noqa: E402 (tests/ is on sys.path: pytest puts a conftest's folder there)
 from local_stack import EmbeddedPostgres  # noqa: E402
+from machine_speed import SPEED_LOOP, loop_cpu_seconds  # noqa: E402
 
 # Airflow reads its configuration at import; without this it would create ~/airflow. Each
 # pytest-xdist worker has its own (they would otherwise inherit the controller's).
@@ -143,18 +144,11 @@ def pytest_configure(config: pytest.Config) -> None:
             figures.write(f"{machine_speed()}\n")
 
 
-SPEED_LOOP = 20_000_000
-
-
 def machine_speed() -> str:
     """The CPU time of a fixed pure-Python loop, measured as the run starts: this machine's
     speed that day (it varies by tens of percent from day to day), against which to read
     the run's times."""
-    started = time.process_time()
-    total = 0
-    for i in range(SPEED_LOOP):
-        total += i
-    return f"machine speed: a {SPEED_LOOP:,}-step Python loop took {time.process_time() - started:.2f} CPU s"
+    return f"machine speed: a {SPEED_LOOP:,}-step Python loop took {loop_cpu_seconds():.2f} CPU s"
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from machine_speed import REFERENCE_LOOP_S, slowdown
 from ml_platform.workflows import declared
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,6 +22,9 @@ DAG_FILES = sorted(p for p in DAGS_DIR.glob("*.py"))
 # measured cold (the median of PARSE_REPEATS parses, each in a freshly forked child), in CPU
 # seconds: what a parse costs the DAG processor, less inflated than the wall time by what
 # else the machine runs meanwhile (the wall time is reported beside it).
+# The limit holds on the reference machine (machine_speed.REFERENCE_LOOP_S) and scales with
+# this machine's measured slowdown (never tightened): on 2026-12-06 19:03 the same files took
+# 317-360 ms here, where the loop took 1.36 CPU s (0.72 on the reference).
 MAX_PARSE_SECONDS = 0.3
 PARSE_REPEATS = 5
 
@@ -51,8 +55,19 @@ def parse_seconds() -> dict[str, dict[str, list[float]]]:
     return {Path(path).name: seconds for path, seconds in times.items()}
 
 
+@pytest.fixture(scope="module")
+def parse_limit(report_figure) -> float:
+    """MAX_PARSE_SECONDS at this machine's speed, measured as the parse times are read."""
+    factor = slowdown()
+    report_figure(
+        f"DAG parse limit: {MAX_PARSE_SECONDS * factor:.3f} CPU s (this machine {factor:.2f}x "
+        f"the reference's loop time, {REFERENCE_LOOP_S} s)"
+    )
+    return MAX_PARSE_SECONDS * factor
+
+
 @pytest.mark.parametrize("dag_file", DAG_FILES, ids=lambda p: p.name)
-def test_parse_time_per_file(dag_file, parse_seconds, report_figure):
+def test_parse_time_per_file(dag_file, parse_seconds, parse_limit, report_figure):
     import statistics
 
     times = parse_seconds[dag_file.name]
@@ -62,7 +77,10 @@ def test_parse_time_per_file(dag_file, parse_seconds, report_figure):
         f"DAG parse time {dag_file.name}: {cold_cpu * 1000:.1f} ms CPU, {cold * 1000:.1f} ms wall cold "
         f"(forked child, median of {PARSE_REPEATS}), {warm * 1000:.1f} ms warm"
     )
-    assert cold_cpu < MAX_PARSE_SECONDS, f"{dag_file.name} took {cold_cpu:.3f} CPU s to parse in a fresh child"
+    assert cold_cpu < parse_limit, (
+        f"{dag_file.name} took {cold_cpu:.3f} CPU s to parse in a fresh child "
+        f"(limit {parse_limit:.3f}: {MAX_PARSE_SECONDS} s on the reference machine, scaled to this one's speed)"
+    )
 
 
 def test_conventions(dagbag):
