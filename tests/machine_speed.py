@@ -1,6 +1,6 @@
 """This machine's speed, as the suite reads its own times: the CPU time of a fixed pure-Python
 loop. It varies by tens of percent from day to day here (0.72 CPU s on 2026-12-06 07:50, 1.36
-on 2026-12-06 19:03, the same suite's groups 1.3-1.5x as long), so a test that holds a CPU
+on 2026-12-06 19:03, the same suite's groups 1.2-1.5x as long), so a test that holds a CPU
 time to a limit states the limit for a reference speed and scales it by the measured one."""
 
 from __future__ import annotations
