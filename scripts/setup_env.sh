@@ -71,7 +71,8 @@ if [[ ! -f "$VENV/spark-cds.jsa" ]]; then
 fi
 # Bytecode beside the sources of pyspark's zip, which every job's Python processes import
 # (scripts/spark_pyc.py: about 1.8 CPU s less a job; a zip that has it is left alone).
-"$PY" scripts/spark_pyc.py
+"$PY" scripts/spark_pyc.py \
+    || echo "[setup] WARNING: pyspark's zip keeps its sources only (see above): every job compiles pyspark again" >&2
 
 if [[ "${reqs[0]}" == requirements-dev.txt ]]; then
     azurite_version=$(sed -n 's/^AZURITE_VERSION = "\(.*\)"$/\1/p' scripts/local_stack.py)
