@@ -8,6 +8,8 @@ import os
 import shlex
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -94,6 +96,21 @@ class PlatformCli:
         )
         with urllib.request.urlopen(request, timeout=30) as resp:
             return json.load(resp)
+
+    def mark_run_failed(self, dag_id: str, run_id: str, tries: int = 3) -> dict:
+        """A run marked failed through the REST API, as a person stops it. The API's update of
+        the run can meet the scheduler's of its task instances in PostgreSQL, which then
+        aborts one of them as a deadlock: the API answers 500 (seen 2026-12-06: "deadlock
+        detected" between ``UPDATE dag_run`` and the scheduler's ``UPDATE task_instance``), and
+        asking again is what a person does. Anything else fails at once."""
+        for attempt in range(1, tries + 1):
+            try:
+                return self.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}", {"state": "failed"})
+            except urllib.error.HTTPError as err:
+                if err.code != 500 or attempt == tries:
+                    raise
+                time.sleep(2)
+        raise AssertionError("unreachable")
 
 
 def output(result: subprocess.CompletedProcess) -> str:

@@ -207,7 +207,7 @@ def form_triggered_run(platform, browser):
         lambda: platform.api("GET", f"/dags/{ON_DEMAND}/dagRuns")["dag_runs"], 60, 2, "the triggered run listed"
     )
     (run,) = runs
-    platform.api("PATCH", f"/dags/{ON_DEMAND}/dagRuns/{run['dag_run_id']}", {"state": "failed"})
+    platform.mark_run_failed(ON_DEMAND, run["dag_run_id"])
     wait_until(
         lambda: (
             not [

@@ -143,7 +143,7 @@ def test_late_labels_of_a_degraded_day_start_a_retraining(loop):
     assert (evidence["reasons"], evidence["end_ds"]) == (["realised_metric"], LABELLED), evidence
     # Stopped there (the inverted day's retraining shows the rest): the run ends failed, its
     # training task with it, and it registers nothing.
-    cli.api("PATCH", f"/dags/{RETRAIN}/dagRuns/{started['dag_run_id']}", {"state": "failed"})
+    cli.mark_run_failed(RETRAIN, started["dag_run_id"])
     assert finished(cli, RETRAIN, started["dag_run_id"])["state"] == "failed"
     wait_until(
         lambda: task_states(cli, RETRAIN, started["dag_run_id"])["train_model"] not in ("running", "queued"),
