@@ -14,6 +14,15 @@ def spark():
     session.stop()
 
 
+@pytest.fixture
+def spark_submit():
+    """``spark-submit`` of this checkout's environment on local[2], as scripts/spark_cds.py
+    runs it: ``(job, args, driver JVM options) -> CompletedProcess`` (the tier: integration)."""
+    import spark_cds
+
+    return spark_cds.submit
+
+
 @pytest.fixture(scope="session", params=STORES)
 def registry_client(request, tmp_path_factory):
     """An ``MlflowClient`` on a fresh registry store, SQLite and PostgreSQL in turn (the

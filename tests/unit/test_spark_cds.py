@@ -3,15 +3,9 @@ JVM options only where it exists, and, where it does, the source of Spark's clas
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
 from ml_platform import config
 from ml_platform.config import SHORT_JOB_JVM_OPTIONS, PlatformConfig
 
-REPO = Path(__file__).resolve().parents[2]
 JOB = "from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate().range(1000).count()\n"
 
 
@@ -25,16 +19,6 @@ def test_the_archive_is_named_only_where_it_exists(tmp_path, monkeypatch):
     assert f"-XX:SharedArchiveFile={archive}" in PlatformConfig().spark_conf()["spark.driver.extraJavaOptions"]
     monkeypatch.setenv("ML_SPARK_DRIVER_JAVA_OPTIONS", "")  # a cluster's choice wins
     assert "SharedArchiveFile" not in PlatformConfig().spark_conf()["spark.driver.extraJavaOptions"]
-
-
-@pytest.fixture
-def spark_submit():
-    """``spark-submit`` of this checkout's environment, as scripts/spark_cds.py runs it (the
-    test's tier: integration)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import spark_cds
-
-    return spark_cds.submit
 
 
 def test_a_jobs_driver_maps_sparks_classes_from_the_archive(tmp_path, spark_submit):

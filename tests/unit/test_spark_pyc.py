@@ -9,11 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-import spark_pyc  # noqa: E402
+import spark_pyc  # scripts/ (tests/conftest.py)
 
 SOURCES = {
     "pkg/__init__.py": "",
@@ -93,15 +89,6 @@ for path in set(spark.sparkContext.parallelize([1, 2], 2).mapPartitions(worker_m
     print("WORKER", path)
 spark.stop()
 """
-
-
-@pytest.fixture
-def spark_submit():
-    """``spark-submit`` of this checkout's environment, as scripts/spark_cds.py runs it (the
-    test's tier: integration)."""
-    import spark_cds
-
-    return spark_cds.submit
 
 
 def test_a_jobs_driver_and_workers_import_pyspark_as_bytecode(tmp_path, spark_submit):
