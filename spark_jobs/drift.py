@@ -32,8 +32,9 @@ infinite values, or classes the model does not have, is reported drifted with th
 (p-value 0), never raised; a day naming other statistics than the reference raises
 ``ValueError`` naming them.
 
-numpy and scipy (imported when a test runs); matplotlib is imported by :func:`plot_report`
-and :func:`load_libraries` alone.
+numpy and scipy's distribution functions (``scipy.special``, imported when a test runs;
+``scipy.stats`` only for the exact two-sample test of a small reference); matplotlib is
+imported by :func:`plot_report` and :func:`load_libraries` alone.
 """
 
 from __future__ import annotations
@@ -84,15 +85,30 @@ def row_summaries(features: np.ndarray, summaries: Sequence[str] = SUMMARIES) ->
     if rows.shape[1] == 0:
         raise ValueError(f"rows of shape {features.shape[1:]} have no elements to summarise")
     out = {name: np.empty(len(rows), dtype=np.float64) for name in summaries}
+    width = rows.shape[1]
+    # Small integers (MNIST's bytes) sum exactly in integers: the mean and the spread from
+    # the sums of values and of squares, with no float64 copy (2.3x faster). Others: float64.
+    exact = rows.dtype.kind in "ui" and rows.dtype.itemsize <= 2
+    square_type = np.int32 if exact and rows.dtype.itemsize == 1 and width * 255**2 < 2**31 else np.int64
     for start in range(0, len(rows), SUMMARY_CHUNK_ROWS):
-        chunk = rows[start : start + SUMMARY_CHUNK_ROWS].astype(np.float64)
-        stop = start + len(chunk)
-        if "mean" in out:
-            out["mean"][start:stop] = chunk.mean(axis=1)
-        if "std" in out:
-            out["std"][start:stop] = chunk.std(axis=1)
+        stop = min(start + SUMMARY_CHUNK_ROWS, len(rows))
         if "nonzero" in out:
-            out["nonzero"][start:stop] = np.count_nonzero(chunk, axis=1) / chunk.shape[1]
+            out["nonzero"][start:stop] = np.count_nonzero(rows[start:stop], axis=1) / width
+        if "mean" not in out and "std" not in out:
+            continue
+        if exact:
+            chunk: Any = rows[start:stop].astype(square_type)  # Any: numpy's einsum stubs take no int64 dtype
+            mean = chunk.sum(axis=1, dtype=np.int64) / width
+            if "std" in out:
+                squares = np.einsum("ij,ij->i", chunk, chunk, dtype=np.int64) / width
+                out["std"][start:stop] = np.sqrt(np.maximum(squares - mean**2, 0.0))
+        else:
+            chunk = rows[start:stop].astype(np.float64)
+            mean = chunk.mean(axis=1)
+            if "std" in out:
+                out["std"][start:stop] = chunk.std(axis=1)
+        if "mean" in out:
+            out["mean"][start:stop] = mean
     return out
 
 
@@ -278,23 +294,50 @@ def _class_indices(values: np.ndarray, classes: int) -> np.ndarray | None:
 
 # --- the tests ----------------------------------------------------------------------------
 def _stats():
-    """``scipy.stats``, imported when a test first runs (0.9 s of CPU): a job that imports
-    this module to score without a check does not pay for it."""
+    """``scipy.stats``, imported only for the exact two-sample test of a reference that kept
+    every value (1.1-1.4 s of CPU here: a check against a reference of quantiles never
+    imports it)."""
     from scipy import stats
 
     return stats
 
 
+def _special():
+    """``scipy.special``, whose distribution functions the tests' p-values come from."""
+    from scipy import special
+
+    return special
+
+
 def load_libraries() -> None:
-    """Import what a check and its plot use (scipy's tests, matplotlib's Agg canvas and its
-    font list): about 1.5 s of CPU that the score job spends while its executors score
-    (:func:`spark_jobs.monitoring.prepare_check`), not after."""
-    _stats()
+    """Import what a check and its plot use (scipy's distribution functions, matplotlib's Agg
+    canvas and its font list): about 1 s of CPU that the score job spends while its
+    executors score (:func:`spark_jobs.monitoring.prepare_check`), not after."""
+    _special()
     from matplotlib import font_manager
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
     from matplotlib.figure import Figure  # noqa: F401
 
     font_manager.findfont(font_manager.FontProperties())
+
+
+def ks_distance(first: np.ndarray, second: np.ndarray) -> float:
+    """The two-sample Kolmogorov-Smirnov statistic: the largest distance between the two
+    samples' ECDFs (both non-empty)."""
+    first, second = np.sort(first), np.sort(second)
+    points = np.concatenate([first, second])
+    ecdfs = [np.searchsorted(values, points, side="right") / len(values) for values in (first, second)]
+    return float(np.max(np.abs(ecdfs[0] - ecdfs[1])))
+
+
+def ks_sf(distance: float, n: int) -> float:
+    """P(D_n >= ``distance``) of the two-sided one-sample Kolmogorov-Smirnov statistic, bounded
+    by the one-sided ones: P(D_n >= d) <= P(D_n+ >= d) + P(D_n- >= d) = 2 smirnov(n, d)
+    (exact, scipy.special). The bound only errs high (a test that alarms no more often than
+    declared), by P(D_n+ >= d and D_n- >= d): against scipy.stats.kstwo.sf it agrees to 1e-6 at
+    p <= 0.05 and to 0.1 % at p = 0.2, for n from 50 to 18,000
+    (``tests/unit/test_drift.py``)."""
+    return float(min(1.0, 2.0 * _special().smirnov(n, distance)))
 
 
 def ks_test(profile: StatisticProfile, day: np.ndarray) -> tuple[float, float]:
@@ -315,8 +358,9 @@ def ks_test(profile: StatisticProfile, day: np.ndarray) -> tuple[float, float]:
       k_j and fewer than k_(j+1) values are <= v. D is the largest distance between the
       day's ECDF and that interval over all distinct points of both (a lower bound of the
       full-sample D, off by at most about 1/quantiles), and its p-value
-      ``kstwo.sf(D, round(m n / (m + n)))`` is the one scipy's ``ks_2samp`` uses for large
-      samples (``method='asymp'``). D can only be underestimated, which only raises the
+      ``kstwo.sf(D, round(m n / (m + n)))``, the one scipy's ``ks_2samp`` uses for large
+      samples (``method='asymp'``), here through its bound :func:`ks_sf`. D can only be
+      underestimated, which only raises the
       p-value; with m > 1024 that distribution matches the exact two-sample one to about
       1 % either way (it is liberal by up to 15 % for small equal sizes, m = n = 100, which
       take the exact branch).
@@ -339,7 +383,7 @@ def ks_test(profile: StatisticProfile, day: np.ndarray) -> tuple[float, float]:
     day_ecdf = np.searchsorted(day, points, side="right") / n
     distance = max(0.0, float(np.max(at_least - day_ecdf)), float(np.max(day_ecdf - fewer_than)))
     effective = max(1, round(m * n / (m + n)))
-    return distance, float(np.clip(_stats().kstwo.sf(distance, effective), 0.0, 1.0))
+    return distance, ks_sf(distance, effective)
 
 
 def chi_square_test(reference_counts: Sequence[int], day_counts: Sequence[int]) -> tuple[float, float]:
@@ -351,8 +395,8 @@ def chi_square_test(reference_counts: Sequence[int], day_counts: Sequence[int]) 
     reference's rows could alarm a day of 100 rows. Pooling looks only at the column
     totals; given those, the table's distribution under homogeneity does not depend on
     which columns are pooled, so the test stays valid. With fewer than two columns left
-    there is nothing to test: p = 1. scipy applies Yates' continuity correction to a 2x2
-    table.
+    there is nothing to test: p = 1. Yates' continuity correction applies to a 2x2 table,
+    as scipy's ``chi2_contingency`` applies it.
     """
     table = np.array([reference_counts, day_counts], dtype=np.float64)
     if table.sum(axis=1).min() == 0:
@@ -374,8 +418,22 @@ def chi_square_test(reference_counts: Sequence[int], day_counts: Sequence[int]) 
             kept[0] = kept[0] + pooled
     if len(kept) < 2:
         return 0.0, 1.0
-    statistic, p_value, _, _ = _stats().chi2_contingency(np.stack(kept, axis=1))
-    return float(statistic), float(np.clip(p_value, 0.0, 1.0))
+    return _chi2_contingency(np.stack(kept, axis=1))
+
+
+def _chi2_contingency(observed: np.ndarray) -> tuple[float, float]:
+    """(chi-square, p-value) of Pearson's test of independence of a 2 x k table of positive
+    margins, as ``scipy.stats.chi2_contingency`` computes it (with Yates' correction for one
+    degree of freedom): the statistic in numpy, the p-value from ``scipy.special.chdtrc``."""
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0)) / observed.sum()
+    dof = observed.shape[1] - 1
+    if dof == 0:
+        return 0.0, 1.0
+    if dof == 1:
+        difference = expected - observed
+        observed = observed + np.sign(difference) * np.minimum(0.5, np.abs(difference))
+    statistic = float(((observed - expected) ** 2 / expected).sum())
+    return statistic, float(np.clip(_special().chdtrc(dof, statistic), 0.0, 1.0))
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ml_contract.layout import PARTITION_COL
 from spark_jobs.features import FEATURES_COL, decode
-from spark_jobs.schema import LABEL_COL
+from spark_jobs.schema import LABEL_COL, ROW_ID_COL
 
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
+    from pyspark.accumulators import Accumulator
 
     from spark_jobs.workflows import Workflow
 
@@ -114,25 +116,41 @@ def output_fields(workflow: Workflow) -> list[T.StructField]:
     return [T.StructField(PREDICTION_COL, T.DoubleType(), nullable=False)]
 
 
-# Per-row columns computed from the decoded features in the scoring pass itself: their
-# names (double columns) and the function of ``[n, *shape]`` features giving them.
+# Per-row values computed from the decoded features in the scoring pass itself: their
+# names and the function of ``[n, *shape]`` features giving them.
 RowStatistics = tuple[list[str], Callable[["np.ndarray"], dict[str, "np.ndarray"]]]
 
 
 SHADOW_PREDICTION_COL = "shadow_prediction"
 
 
+@dataclass(frozen=True)
+class RowSampling:
+    """What the scoring pass gathers besides the rows it returns: per day, at most
+    ``max_rows`` rows (:mod:`spark_jobs.row_sample`) of ``row_id``, ``prediction``, the
+    ``statistics`` and, scoring a shadow, ``shadow_prediction``, handed to ``accumulator``
+    (:func:`spark_jobs.row_sample.accumulator`) by each task; read once the job is done
+    (:func:`spark_jobs.row_sample.day_samples`)."""
+
+    accumulator: Accumulator
+    max_rows: int
+    statistics: RowStatistics | None = None
+
+
 def with_predictions(
     features_df: DataFrame,
     model_uri: str,
     workflow: Workflow,
-    statistics: RowStatistics | None = None,
     shadow_uri: str | None = None,
+    sampling: RowSampling | None = None,
 ) -> DataFrame:
-    """``features_df``'s columns but ``features``, plus the workflow's output columns (and
-    ``statistics``' columns, computed from the same decoded batches: the drift check's;
-    and with ``shadow_uri``, column ``shadow_prediction``: that model's prediction of the
-    same rows in the same pass, for shadow scoring).
+    """``features_df``'s columns but ``features``, plus the workflow's output columns.
+
+    With ``sampling``, the scoring pass also gathers a sample of its rows with their
+    statistics (the drift check's), computed from the same decoded batches, and with
+    ``shadow_uri`` that model's prediction of the sampled rows, made in the same pass
+    (shadow scoring): none of them is a column of the result. ``features_df`` then needs
+    ``row_id`` and ``ds``.
 
     ``model_uri`` is downloaded here, on the driver, once; it must have been logged for
     ``workflow`` (its MLmodel metadata and tensor signature are checked when present).
@@ -143,15 +161,16 @@ def with_predictions(
     clash = {f.name for f in kept} & set(workflow.output.columns)
     if clash:
         raise ValueError(f"scoring {model_uri}: the input already has output column(s) {sorted(clash)}")
-    extra = [T.StructField(name, T.DoubleType(), nullable=False) for name in (statistics or ([], None))[0]]
-    if shadow_uri is not None:
-        extra.append(T.StructField(SHADOW_PREDICTION_COL, output_fields(workflow)[0].dataType, nullable=False))
-    schema = T.StructType([*kept, *output_fields(workflow), *extra])
+    if shadow_uri is not None and sampling is None:
+        raise ValueError(f"scoring {shadow_uri} in the shadow of {model_uri} needs a sampling of the rows")
+    if sampling is not None and not {ROW_ID_COL, PARTITION_COL} <= {f.name for f in kept}:
+        raise ValueError(f"sampling the rows scored by {model_uri} needs columns {ROW_ID_COL!r} and {PARTITION_COL!r}")
+    schema = T.StructType([*kept, *output_fields(workflow)])
     spark = features_df.sparkSession
     shipped = ship_model(spark, model_uri, workflow)
     shadow = None if shadow_uri is None else (ship_model(spark, shadow_uri, workflow), shadow_uri)
     threads = int(spark.sparkContext.getConf().get("spark.task.cpus", "1"))
-    scorer = _scorer(shipped, workflow, [f.name for f in kept], threads, model_uri, statistics, shadow)
+    scorer = _scorer(shipped, workflow, [f.name for f in kept], threads, model_uri, sampling, shadow)
     return features_df.mapInArrow(scorer, schema)
 
 
@@ -224,7 +243,7 @@ def _scorer(
     kept: list[str],
     threads: int,
     model_uri: str,
-    statistics: RowStatistics | None = None,
+    sampling: RowSampling | None = None,
     shadow: tuple[ShippedModel, str] | None = None,
 ):
     """The ``mapInArrow`` function (pickled to the Python workers with its arguments)."""
@@ -234,21 +253,30 @@ def _scorer(
         import torch
         from pyspark import TaskContext
 
+        from spark_jobs.row_sample import KEY, TaskSample
+
         context = TaskContext.get()
         torch.set_num_threads(max(1, int(context.cpus()) if context is not None else threads))
         model = _load_shipped(shipped)
         shadow_model = None if shadow is None else _load_shipped(shadow[0])
-        extra, compute = statistics or ([], None)
-        names = [*kept, *workflow.output.columns, *extra, *([SHADOW_PREDICTION_COL] if shadow else [])]
+        sample = None if sampling is None else TaskSample(sampling.max_rows)
+        names = [*kept, *workflow.output.columns]
         for batch in batches:
             features = decode(batch.column(FEATURES_COL), workflow.features)
             outputs = predict(model, features, workflow, model_uri)
-            if compute is not None:
-                values = compute(features)
-                outputs += [pa.array(values[name], pa.float64()) for name in extra]
-            if shadow is not None:
-                outputs.append(predict(shadow_model, features, workflow, shadow[1])[0])
+            if sample is not None:
+                assert sampling is not None
+                rows = {KEY: batch.column(ROW_ID_COL).to_numpy(), PREDICTION_COL: outputs[0].to_numpy()}
+                if sampling.statistics is not None:
+                    rows.update(sampling.statistics[1](features))
+                if shadow is not None:
+                    rows[SHADOW_PREDICTION_COL] = predict(shadow_model, features, workflow, shadow[1])[0].to_numpy()
+                sample.add(batch.column(PARTITION_COL).to_numpy(zero_copy_only=False), rows)
             yield pa.RecordBatch.from_arrays([*(batch.column(c) for c in kept), *outputs], names=names)
+        if sample is not None:
+            assert sampling is not None
+            # Once, after the task's last batch: the driver reads it when the job is done.
+            sampling.accumulator.add(sample.rows(context.partitionId() if context is not None else 0))
 
     return score_batches
 

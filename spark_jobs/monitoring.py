@@ -11,8 +11,9 @@ executors, MLflow and storage on the driver):
   kilobytes whatever the window's size (quantiles, not rows).
 - **The drift report** of each scored day, made by the score job after it wrote the day
   (:func:`check_days`): the same statistics of the day's rows, computed while they were
-  scored (:func:`scoring_statistics`: no second pass over the features), and the day's
-  predictions against the pinned version's reference, with the workflow's false-alarm rate.
+  scored and gathered with a sample of their predictions in the same pass
+  (:func:`scoring_sample`: no second pass over the rows, nothing cached), against the pinned
+  version's reference, with the workflow's false-alarm rate.
   ``drift.json`` and ``drift.png`` (the most-shifted distributions against the reference)
   go to ``<monitoring root>/ds=<day>/``, and the same files, with metrics per day
   (``drift_detected``, ``drift_statistics_moved``, ``drift_rows``, step ``yyyymmdd``), to the
@@ -27,8 +28,9 @@ executors, MLflow and storage on the driver):
 A version registered before profiles existed has none: its days get a report with outcome
 ``no_reference`` and scoring goes on.
 
-Statistics are computed on at most ``MAX_ROWS`` rows per day (and per window): a seeded
-sample of larger ones, whose size is the one the test is calibrated for.
+Statistics are computed on at most ``MAX_ROWS`` rows per day (and per window): of a larger
+scored day the rows of smallest ``row_id`` (a content hash: :mod:`spark_jobs.row_sample`), of
+a larger window a seeded sample; the tests are calibrated for the sizes they get.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ml_contract.layout import PARTITION_COL
-from spark_jobs import drift
+from spark_jobs import drift, row_sample
 from spark_jobs.features import FEATURES_COL, decode
-from spark_jobs.inference import PREDICTION_COL, SHADOW_PREDICTION_COL, PinnedModel, RowStatistics
+from spark_jobs.inference import PREDICTION_COL, SHADOW_PREDICTION_COL, PinnedModel, RowSampling, RowStatistics
 from spark_jobs.storage import copy_from_local, write_json
 
 if TYPE_CHECKING:
@@ -95,14 +97,6 @@ def _statistics_of_rows(df: DataFrame, workflow: Workflow) -> DataFrame:
             yield pa.RecordBatch.from_arrays([pa.array(values[n], pa.float64()) for n in names], names=names)
 
     return df.select(FEATURES_COL).mapInArrow(statistics, schema)
-
-
-def _sampled(df: DataFrame, counts: Mapping[str, int]) -> DataFrame:
-    """At most ``MAX_ROWS`` rows of each day (a seeded sample of a larger day)."""
-    fractions = {ds: min(1.0, MAX_ROWS / n) for ds, n in counts.items() if n}
-    if all(f == 1.0 for f in fractions.values()):
-        return df
-    return df.sampleBy(PARTITION_COL, fractions, seed=SAMPLE_SEED)
 
 
 def reference_profile(window_df: DataFrame, predicted_df: DataFrame, workflow: Workflow) -> drift.ReferenceProfile:
@@ -156,16 +150,31 @@ def day_timestamp_ms(ds: str) -> int:
 
 
 def scoring_statistics(workflow: Workflow) -> RowStatistics:
-    """The declared statistics as columns the score job computes from the batches it
+    """The declared statistics as the values the score job computes from the batches it
     scores (one pass over the features, :func:`spark_jobs.inference.with_predictions`),
-    named ``_drift_<statistic>``: no clash with the predictions' own columns."""
+    named ``_drift_<statistic>``: no clash with the predictions' own names."""
     names = list(workflow.monitoring.statistics)
 
     def compute(features: np.ndarray) -> dict[str, np.ndarray]:
         values = row_statistics(features, workflow)
-        return {f"{STATISTIC_PREFIX}{name}": values[name] for name in names}
+        return {f"{STATISTIC_PREFIX}{name}": np.asarray(values[name], dtype=np.float64) for name in names}
 
     return [f"{STATISTIC_PREFIX}{name}" for name in names], compute
+
+
+def scoring_sample(spark, workflow: Workflow, *, watched: bool) -> RowSampling:
+    """What the score job gathers while it scores, for the drift check (``watched``: the
+    declared statistics) and shadow scoring (the predictions of both): at most
+    :data:`MAX_ROWS` rows a day (:func:`day_samples` once the job is done)."""
+    statistics = scoring_statistics(workflow) if watched else None
+    return RowSampling(row_sample.accumulator(spark.sparkContext), MAX_ROWS, statistics)
+
+
+def day_samples(sampling: RowSampling) -> dict[str, dict[str, np.ndarray]]:
+    """Per scored day, the sampled rows' ``prediction``, ``shadow_prediction`` and
+    statistics (by the statistic's own name): read once the scoring job is done."""
+    days = row_sample.day_samples(sampling.accumulator.value, sampling.max_rows)
+    return {ds: {name.removeprefix(STATISTIC_PREFIX): v for name, v in day.items()} for ds, day in days.items()}
 
 
 @dataclass(frozen=True)
@@ -202,7 +211,8 @@ def prepare_in_background(model: PinnedModel) -> Future[CheckInputs]:
 
 
 def check_days(
-    scored_df: DataFrame,
+    spark,
+    samples: Mapping[str, Mapping[str, np.ndarray]],
     counts: Mapping[str, int],
     workflow: Workflow,
     *,
@@ -212,24 +222,18 @@ def check_days(
     monitoring_root: str,
 ) -> dict[str, dict[str, Any]]:
     """Each scored day (``counts``: rows per day) against the version's reference: its report
-    written to storage and to the version's run. ``scored_df``: the score job's rows, ``ds``,
-    ``prediction`` and the :func:`scoring_statistics` columns; ``inputs``: the version's
-    run and reference (:func:`prepare_check`). Returns ``{ds: summary}``."""
+    written to storage and to the version's run. ``samples``: per day, the sampled rows'
+    ``prediction`` and statistics (:func:`day_samples`); ``inputs``: the version's run and
+    reference (:func:`prepare_check`). Returns ``{ds: summary}``."""
     from mlflow import MlflowClient
 
-    spark = scored_df.sparkSession
     run_id, experiment_id, reference = inputs.run_id, inputs.experiment_id, inputs.reference
-    names = list(workflow.monitoring.statistics)
+    names = [*workflow.monitoring.statistics, PREDICTIONS]
     days: dict[str, dict[str, np.ndarray]] = {ds: {} for ds in counts if counts[ds]}
-    if reference is not None and days:
-        columns = [f"{STATISTIC_PREFIX}{name}" for name in names]
-        table = _sampled(scored_df.select(PARTITION_COL, PREDICTION_COL, *columns), counts).toArrow()
-        day_of_row = table.column(PARTITION_COL).to_numpy(zero_copy_only=False).astype(str)
-        values = {name: table.column(column).to_numpy() for name, column in zip(names, columns, strict=True)}
-        values[PREDICTIONS] = table.column(PREDICTION_COL).to_numpy()
+    if reference is not None:
         for ds in days:
-            rows = day_of_row == ds
-            days[ds] = {name: column[rows] for name, column in values.items()}
+            day = samples.get(ds, {})
+            days[ds] = {name: day[name] if name in day else np.zeros(0) for name in names}
     summaries = {}
     for ds, day in sorted(days.items()):
         folder = f"{monitoring_root.rstrip('/')}/{PARTITION_COL}={ds}"
@@ -307,8 +311,6 @@ def agreement(scored: np.ndarray, shadow: np.ndarray, workflow: Workflow) -> dic
     on (the same class; a value within the promotion tolerance) and the gap between their
     prediction distributions (total variation between the class shares; the KS distance
     between the values), with the mean absolute difference of a regression."""
-    from scipy import stats
-
     if len(scored) == 0:
         return {"agreement": math.nan, "distribution_gap": math.nan}
     if workflow.output.is_classifier:
@@ -321,13 +323,14 @@ def agreement(scored: np.ndarray, shadow: np.ndarray, workflow: Workflow) -> dic
     difference = np.abs(scored.astype(np.float64) - shadow.astype(np.float64))
     return {
         "agreement": float(np.mean(difference <= workflow.promotion.tolerance)),
-        "distribution_gap": float(stats.ks_2samp(scored, shadow).statistic),
+        "distribution_gap": drift.ks_distance(scored, shadow),
         "mean_abs_difference": float(difference.mean()),
     }
 
 
 def compare_shadow(
-    scored_df: DataFrame,
+    spark,
+    samples: Mapping[str, Mapping[str, np.ndarray]],
     counts: Mapping[str, int],
     workflow: Workflow,
     *,
@@ -335,30 +338,27 @@ def compare_shadow(
     shadow: PinnedModel,
     monitoring_root: str,
 ) -> dict[str, dict[str, Any]]:
-    """Each day's agreement of ``shadow`` with ``scored`` (``scored_df``: ``ds``,
-    ``prediction``, ``shadow_prediction``): ``shadow.json`` beside the day's drift report,
-    and on the shadow's run (artifact and metrics ``shadow_agreement``,
-    ``shadow_distribution_gap`` at step ``yyyymmdd``): evidence for or against promoting it."""
+    """Each day's agreement of ``shadow`` with ``scored`` (``samples``: per day, the sampled
+    rows' ``prediction`` and ``shadow_prediction``, :func:`day_samples`): ``shadow.json``
+    beside the day's drift report, and on the shadow's run (artifact and metrics
+    ``shadow_agreement``, ``shadow_distribution_gap`` at step ``yyyymmdd``): evidence for or
+    against promoting it."""
     from mlflow import MlflowClient
     from mlflow.entities import Metric
 
-    spark = scored_df.sparkSession
     client = MlflowClient()
     run_id = str(client.get_model_version(shadow.name, shadow.version).run_id)
-    table = _sampled(scored_df.select(PARTITION_COL, PREDICTION_COL, SHADOW_PREDICTION_COL), counts).toArrow()
-    day_of_row = table.column(PARTITION_COL).to_numpy(zero_copy_only=False).astype(str)
-    predictions = table.column(PREDICTION_COL).to_numpy()
-    shadowed = table.column(SHADOW_PREDICTION_COL).to_numpy()
     summaries = {}
     for ds in sorted(ds for ds, n in counts.items() if n):
-        rows = day_of_row == ds
+        day = samples.get(ds, {})
+        predictions, shadowed = (day.get(name, np.zeros(0)) for name in (PREDICTION_COL, SHADOW_PREDICTION_COL))
         summary: dict[str, Any] = {
             "ds": ds,
             "model": scored.uri,
             "shadow": shadow.uri,
             "rows": counts[ds],
-            "compared_rows": int(rows.sum()),
-            **agreement(predictions[rows], shadowed[rows], workflow),
+            "compared_rows": len(predictions),
+            **agreement(predictions, shadowed, workflow),
         }
         write_json(spark, f"{monitoring_root.rstrip('/')}/{PARTITION_COL}={ds}/{SHADOW_FILE}", summary)
         client.log_dict(run_id, summary, f"{SHADOW_ARTIFACT_DIR}/{PARTITION_COL}={ds}/{SHADOW_FILE}")

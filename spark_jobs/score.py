@@ -28,7 +28,6 @@ import json
 import logging
 import sys
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -38,10 +37,9 @@ from spark_jobs.features import FEATURES_COL
 from spark_jobs.inference import (
     MODEL_NAME_COL,
     MODEL_VERSION_COL,
-    SHADOW_PREDICTION_COL,
     WORKFLOW_METADATA_KEY,
     PinnedModel,
-    RowStatistics,
+    RowSampling,
     pin_model,
     with_predictions,
 )
@@ -61,23 +59,19 @@ def score_partition(
     curated_df: DataFrame,
     model: PinnedModel,
     workflow: workflows.Workflow,
-    statistics: RowStatistics | None = None,
+    sampling: RowSampling | None = None,
     shadow: PinnedModel | None = None,
 ) -> DataFrame:
     """Predictions in the output schema; every row names the model version that made it.
-    With ``statistics``, their columns follow (computed in the same pass, for the drift
-    check), and with ``shadow`` that version's ``shadow_prediction`` (never written)."""
-    columns = [
-        *prediction_columns(workflow),
-        *(statistics[0] if statistics else []),
-        *([SHADOW_PREDICTION_COL] if shadow else []),
-    ]
+    With ``sampling``, a sample of the rows with their statistics (for the drift check) is
+    gathered in the same pass, and with ``shadow`` that version's prediction of them
+    (never written)."""
     selected = curated_df.select(ROW_ID_COL, FEATURES_COL, PARTITION_COL)
     return (
-        with_predictions(selected, model.uri, workflow, statistics, shadow.uri if shadow else None)
+        with_predictions(selected, model.uri, workflow, shadow.uri if shadow else None, sampling)
         .withColumn(MODEL_NAME_COL, F.lit(model.name))
         .withColumn(MODEL_VERSION_COL, F.lit(model.version))
-        .select(*columns)
+        .select(*prediction_columns(workflow))
     )
 
 
@@ -130,17 +124,16 @@ def score_partitions(
     shadowed: dict[str, dict] = {}
     if rows_in:
         log.info("scoring %d rows in %d partitions with %s", sum(rows_in.values()), len(rows_in), model.uri)
-        statistics = monitoring.scoring_statistics(workflow) if watched else None
-        # Kept for the drift check and the shadow's comparison, which read the same rows again.
-        scored_df = score_partition(curated_df, model, workflow, statistics, shadow)
-        if watched or shadow:
-            scored_df = scored_df.persist(StorageLevel.MEMORY_AND_DISK)
-        replace_partitions(scored_df.select(*prediction_columns(workflow)), scored_root)
+        # The drift check's and the shadow's rows, gathered while the rows are scored.
+        sampling = monitoring.scoring_sample(spark, workflow, watched=watched) if watched or shadow else None
+        replace_partitions(score_partition(curated_df, model, workflow, sampling, shadow), scored_root)
+        samples = monitoring.day_samples(sampling) if sampling is not None else {}
         read_back = read_partitions(spark, scored_root, start_ds, end_ds)
         rows_out = {r[PARTITION_COL]: r["count"] for r in read_back.groupBy(PARTITION_COL).count().collect()}
         if check_inputs is not None:
             drift = monitoring.check_days(
-                scored_df,
+                spark,
+                samples,
                 rows_out,
                 workflow,
                 model_name=model.name,
@@ -150,9 +143,8 @@ def score_partitions(
             )
         if shadow is not None:
             shadowed = monitoring.compare_shadow(
-                scored_df, rows_out, workflow, scored=model, shadow=shadow, monitoring_root=str(monitoring_root)
+                spark, samples, rows_out, workflow, scored=model, shadow=shadow, monitoring_root=str(monitoring_root)
             )
-        scored_df.unpersist()
     report = {
         "model": model.uri,
         "workflow": workflow.name,

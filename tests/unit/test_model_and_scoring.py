@@ -363,3 +363,33 @@ def test_evaluating_a_scored_holdout_end_to_end(spark, tmp_path, diabetes_model)
     labels = table["label"].to_numpy().astype(np.float64)
     assert rows == 25
     assert value == pytest.approx(float(np.sqrt(np.mean((out.numpy().astype(np.float64) - labels) ** 2))), rel=1e-6)
+
+
+def test_the_scoring_pass_samples_its_rows_with_their_statistics_and_returns_only_predictions(
+    spark, tmp_path, diabetes_model
+):
+    """With a sampling, every task hands the driver its rows of smallest ``row_id`` (with the
+    prediction it wrote and the declared statistics of the row's features), the result keeps
+    the plain prediction columns, and a second action over the same rows does not add them
+    twice."""
+    from spark_jobs import monitoring
+    from spark_jobs.score import prediction_columns, score_partition
+
+    rows, kept = 50, 20
+    curated = curated_df(spark, tmp_path, DIABETES, rows=rows).repartition(3)
+    sampling = monitoring.scoring_sample(spark, DIABETES, watched=True)
+    sampling = type(sampling)(sampling.accumulator, kept, sampling.statistics)
+    scored = score_partition(curated, pin_model(diabetes_model), DIABETES, sampling)
+    assert scored.columns == prediction_columns(DIABETES)
+    written = {r["row_id"]: r["prediction"] for r in scored.collect()}
+    scored.count()  # the same tasks again: their rows replace the first ones
+
+    (day,) = monitoring.day_samples(sampling).values()
+    np.testing.assert_array_equal(day["row_id"], sorted(written)[:kept])
+    assert day["prediction"].tolist() == pytest.approx([written[r] for r in day["row_id"].tolist()], rel=1e-6)
+    table = curated.select("row_id", "features").toArrow()
+    features = dict(zip(table["row_id"].to_pylist(), decode(table["features"], DIABETES.features), strict=True))
+    statistics = monitoring.row_statistics(np.stack([features[r] for r in day["row_id"].tolist()]), DIABETES)
+    assert set(statistics) == set(DIABETES.monitoring.statistics)
+    for name, values in statistics.items():
+        np.testing.assert_allclose(day[name], values)
