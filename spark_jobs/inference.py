@@ -116,9 +116,9 @@ def output_fields(workflow: Workflow) -> list[T.StructField]:
     return [T.StructField(PREDICTION_COL, T.DoubleType(), nullable=False)]
 
 
-# Per-row values computed from the decoded features in the scoring pass itself: their
-# names and the function of ``[n, *shape]`` features giving them.
-RowStatistics = tuple[list[str], Callable[["np.ndarray"], dict[str, "np.ndarray"]]]
+# Per-row values computed from the decoded features in the scoring pass itself: the
+# function of ``[n, *shape]`` features giving them, by name.
+RowStatistics = Callable[["np.ndarray"], dict[str, "np.ndarray"]]
 
 
 SHADOW_PREDICTION_COL = "shadow_prediction"
@@ -268,7 +268,7 @@ def _scorer(
                 assert sampling is not None
                 rows = {KEY: batch.column(ROW_ID_COL).to_numpy(), PREDICTION_COL: outputs[0].to_numpy()}
                 if sampling.statistics is not None:
-                    rows.update(sampling.statistics[1](features))
+                    rows.update(sampling.statistics(features))
                 if shadow is not None:
                     rows[SHADOW_PREDICTION_COL] = predict(shadow_model, features, workflow, shadow[1])[0].to_numpy()
                 sample.add(batch.column(PARTITION_COL).to_numpy(zero_copy_only=False), rows)

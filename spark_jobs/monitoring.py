@@ -152,14 +152,15 @@ def day_timestamp_ms(ds: str) -> int:
 def scoring_statistics(workflow: Workflow) -> RowStatistics:
     """The declared statistics as the values the score job computes from the batches it
     scores (one pass over the features, :func:`spark_jobs.inference.with_predictions`),
-    named ``_drift_<statistic>``: no clash with the predictions' own names."""
+    named ``_drift_<statistic>``: no clash with the sample's own names (``row_id``,
+    ``prediction``, ``shadow_prediction``)."""
     names = list(workflow.monitoring.statistics)
 
     def compute(features: np.ndarray) -> dict[str, np.ndarray]:
         values = row_statistics(features, workflow)
         return {f"{STATISTIC_PREFIX}{name}": np.asarray(values[name], dtype=np.float64) for name in names}
 
-    return [f"{STATISTIC_PREFIX}{name}" for name in names], compute
+    return compute
 
 
 def scoring_sample(spark, workflow: Workflow, *, watched: bool) -> RowSampling:
@@ -233,7 +234,7 @@ def check_days(
     if reference is not None:
         for ds in days:
             day = samples.get(ds, {})
-            days[ds] = {name: day[name] if name in day else np.zeros(0) for name in names}
+            days[ds] = {name: day.get(name, np.zeros(0)) for name in names}
     summaries = {}
     for ds, day in sorted(days.items()):
         folder = f"{monitoring_root.rstrip('/')}/{PARTITION_COL}={ds}"
