@@ -23,7 +23,7 @@ check:
 test:
 	scripts/setup_env.sh --dev
 	$(MAKE) lint
-	.venv/bin/python -m pytest tests -n 3 --dist loadgroup
+	.venv/bin/python -m pytest tests -n 4 --dist loadgroup
 
 # The unit tier: no server started or reached (see the markers in pytest.ini).
 test-fast:

@@ -57,7 +57,7 @@ def tier(item: pytest.Item) -> str:
     return "unit"
 
 
-# How `make test` spreads the suite over three processes on 2 cores (pytest-xdist, ``-n 3
+# How `make test` spreads the suite over four processes on 2 cores (pytest-xdist, ``-n 4
 # --dist loadgroup``, scheduled by the hook below): one group per folder whose tests share a
 # session-wide stack (its MLflow server, Airflow services, trained champion), which must
 # not be built twice; one group per module elsewhere. The end-to-end tests wait on
