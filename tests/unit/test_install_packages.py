@@ -98,11 +98,12 @@ def fresh_venv(tmp_path):
     return venv
 
 
-def install(venv: Path, tmp_path: Path, uv: Path | None) -> subprocess.CompletedProcess:
-    """The script run by ``venv``'s interpreter with ``uv`` beside it (or none), pip told by
-    its variables to use the wheel folder alone."""
-    if uv is not None:
-        (venv / "bin" / "uv").symlink_to(uv)
+def install(venv: Path, tmp_path: Path, uv: Path) -> subprocess.CompletedProcess:
+    """The script run by ``venv``'s interpreter with ``uv`` beside it, pip told by its
+    variables to use a folder holding :func:`tiny_wheel` alone."""
+    (tmp_path / "wheels").mkdir()
+    tiny_wheel(tmp_path / "wheels")
+    (venv / "bin" / "uv").symlink_to(uv)
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels")}
     return subprocess.run(
         [str(venv / "bin" / "python"), str(SCRIPT), "onlyhere==1.0"], env=env, capture_output=True, text=True
@@ -110,8 +111,6 @@ def install(venv: Path, tmp_path: Path, uv: Path | None) -> subprocess.Completed
 
 
 def test_uv_installs_from_where_pips_configuration_points(fresh_venv, tmp_path):
-    (tmp_path / "wheels").mkdir()
-    tiny_wheel(tmp_path / "wheels")
     assert UV.exists(), f"{UV}: scripts/setup_env.sh installs uv"
     done = install(fresh_venv, tmp_path, UV)
     assert done.returncode == 0, done.stderr
@@ -128,8 +127,6 @@ def test_uv_installs_from_where_pips_configuration_points(fresh_venv, tmp_path):
 
 
 def test_pip_installs_where_uv_fails(fresh_venv, tmp_path):
-    (tmp_path / "wheels").mkdir()
-    tiny_wheel(tmp_path / "wheels")
     broken = tmp_path / "broken-uv"
     broken.write_text("#!/bin/sh\necho 'uv: broken' >&2\nexit 2\n")
     broken.chmod(0o755)
