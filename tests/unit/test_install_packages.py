@@ -104,7 +104,10 @@ def install(venv: Path, tmp_path: Path, uv: Path) -> subprocess.CompletedProcess
     (tmp_path / "wheels").mkdir()
     tiny_wheel(tmp_path / "wheels")
     (venv / "bin" / "uv").symlink_to(uv)
+    # PYTHONDONTWRITEBYTECODE (set in many containers): no import ever writes bytecode, so
+    # the installer must have.
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     return subprocess.run(
         [str(venv / "bin" / "python"), str(SCRIPT), "onlyhere==1.0"], env=env, capture_output=True, text=True
     )
@@ -124,6 +127,7 @@ def test_uv_installs_from_where_pips_configuration_points(fresh_venv, tmp_path):
     # uv wrote the installer record (pip writes "pip")
     (installer,) = (fresh_venv / "lib").glob("python*/site-packages/onlyhere-1.0.dist-info/INSTALLER")
     assert installer.read_text().strip() == "uv"
+    assert compiled(fresh_venv), "uv left the module without bytecode"
 
 
 def test_pip_installs_where_uv_fails(fresh_venv, tmp_path):
@@ -135,3 +139,9 @@ def test_pip_installs_where_uv_fails(fresh_venv, tmp_path):
     assert "uv: broken" in done.stderr and "pip installs it instead" in done.stderr
     (installer,) = (fresh_venv / "lib").glob("python*/site-packages/onlyhere-1.0.dist-info/INSTALLER")
     assert installer.read_text().strip() == "pip"
+    assert compiled(fresh_venv), "pip left the module without bytecode"
+
+
+def compiled(venv: Path) -> list[Path]:
+    """The bytecode files of the installed module ``onlyhere``."""
+    return list((venv / "lib").glob("python*/site-packages/__pycache__/onlyhere.*.pyc"))
