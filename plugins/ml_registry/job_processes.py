@@ -125,8 +125,6 @@ def terminate_processes(
     With ``deadline`` (a :func:`time.monotonic` value) the call returns by then: the grace
     period is cut short by the time finding the processes took (seconds on a loaded
     machine), so that the SIGKILL and its wait still fit."""
-    import psutil
-
     procs = _with_descendants(procs)
     if not procs:
         return []
@@ -135,14 +133,37 @@ def terminate_processes(
     log.info("Terminating %s: %d processes in %d process groups", what, len(procs), len(groups))
     _signal_all(procs, groups, signal.SIGTERM)
     grace = grace_period if deadline is None else min(grace_period, max(0.0, deadline - time.monotonic() - REAP_S))
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+    alive = _wait_gone(procs, timeout=grace)
     if alive:
         log.warning("Killing %d processes still alive after %.1f s: %s", len(alive), grace, [p.pid for p in alive])
     # The groups get SIGKILL in any case: it also reaches a process that joined one during
     # the grace period.
     _signal_all(alive, groups, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=REAP_S if deadline is None else min(REAP_S, max(0.0, deadline - time.monotonic())))
+    _wait_gone(alive, timeout=REAP_S if deadline is None else min(REAP_S, max(0.0, deadline - time.monotonic())))
     return [p.pid for p in procs]
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` until every process has exited; returns those still running.
+
+    A process that exited is not reaped (``psutil.wait_procs`` would reap this process's own
+    children): spark-submit is the task's child, and the Spark provider reads its exit status
+    with ``Popen.wait``. Reaped first, it reads 0 (CPython's answer when the status is gone),
+    and a job killed mid-run counts as a job that succeeded."""
+    import psutil
+
+    def running(proc: psutil.Process) -> bool:
+        try:
+            return proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    end = time.monotonic() + timeout
+    alive = [proc for proc in procs if running(proc)]
+    while alive and time.monotonic() < end:
+        time.sleep(0.05)
+        alive = [proc for proc in alive if running(proc)]
+    return alive
 
 
 def _with_descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:

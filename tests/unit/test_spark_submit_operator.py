@@ -144,3 +144,55 @@ def test_a_job_exiting_not_retryable_fails_the_task_without_retries_others_retry
     with pytest.raises(Exception, match="Error code is: 1") as retried:
         spark_submit(1)
     assert not isinstance(retried.value, AirflowFailException)
+
+
+def test_a_job_killed_by_on_kill_fails_its_task(monkeypatch, tmp_path):
+    """``on_kill`` waits for the job's processes to end without reaping spark-submit, the
+    task's own child, so that the provider reads its real exit status and the attempt fails.
+    (Reaped by that wait, CPython reports status 0: a job killed mid-run passed as a success,
+    seen on a loaded machine, 2026-12-07.) The stand-in spark-submit's child ignores SIGTERM
+    and holds its output open until the SIGKILL, as a slow Spark worker does, so the wait
+    always comes first."""
+    import sys
+    import threading
+    import time
+
+    from ml_registry.spark_submit import MlflowSparkSubmitOperator
+
+    started = tmp_path / "started"
+    child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    fake = tmp_path / "bin" / "spark-submit"
+    fake.parent.mkdir()
+    fake.write_text(
+        f"#!{sys.executable}\nimport pathlib, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+        f"pathlib.Path({str(started)!r}).touch()\ntime.sleep(120)\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps(CONNECTIONS["local"]))
+    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_UNDER_TEST", json.dumps({"conn_type": "http", "host": "127.0.0.1"}))
+    operator = MlflowSparkSubmitOperator(
+        task_id="train", application="job.py", conn_id="spark_under_test", mlflow_conn_id="mlflow_under_test"
+    )
+    ti = SimpleNamespace(dag_id="d", task_id="train", run_id="r", map_index=-1, try_number=1)
+    outcome: dict = {}
+
+    def attempt() -> None:
+        try:
+            operator.execute({"ti": ti})
+            outcome["error"] = None
+        except Exception as err:  # noqa: BLE001 - the outcome is what the test inspects
+            outcome["error"] = err
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert time.monotonic() < deadline, "the stand-in spark-submit did not start"
+        time.sleep(0.05)
+    time.sleep(0.5)  # its child started too
+    operator.on_kill()
+    thread.join(30)
+    assert not thread.is_alive(), "execute did not return"
+    assert "Error code is: -15" in str(outcome["error"]), outcome
