@@ -28,7 +28,7 @@ installed=$(cat "$stamp" 2>/dev/null || true)
 # The test tools' install holds all of requirements.txt: `make demo` or `make up` after
 # `make test` reuses it instead of installing again.
 if [[ "$installed" != "$digest" && "$installed" != "$files_digest-requirements-dev.txt" ]]; then
-    echo "[setup] installing ${reqs[*]} (about 30 s on a fresh machine with uv, 3 minutes with pip)"
+    echo "[setup] installing ${reqs[*]} (about a minute on a fresh machine with uv, 3 minutes with pip)"
     start=$(date +%s)
     pyspark_files='import importlib.metadata as md, sys, pyspark; sys.exit(pyspark.__version__ != md.version("pyspark"))'
     spark_before=$("$PY" -c 'import importlib.metadata as md; print(md.version("pyspark"))' 2>/dev/null || true)
