@@ -153,8 +153,8 @@ def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Proce
     import psutil
 
     def running(proc: psutil.Process) -> bool:
-        try:
-            return proc.status() != psutil.STATUS_ZOMBIE
+        try:  # is_running: also False once the pid is another process's
+            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
 
