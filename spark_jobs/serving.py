@@ -13,7 +13,8 @@ The wrapped module is scripted (TorchScript): it loads anywhere without this pac
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -50,12 +51,13 @@ def serving_module(workflow: Workflow, net: nn.Module) -> nn.Module:
     return wrapper(net).eval()
 
 
-def scripted_serving(workflow: Workflow, state_dict: dict[str, torch.Tensor]) -> torch.jit.ScriptModule:
-    """The TorchScript serving module of ``workflow`` with the trained weights ``state_dict``."""
+def scripted_serving(workflow: Workflow, state_dict: Mapping[str, Any]) -> torch.jit.ScriptModule:
+    """The TorchScript serving module of ``workflow`` with the trained weights ``state_dict``
+    (tensors, or the numpy arrays a rank returns: ``spark_jobs.training.loop.weights_as_arrays``)."""
     from spark_jobs.workflows import model_factory
 
     net = model_factory(workflow)()
-    net.load_state_dict(state_dict)
+    net.load_state_dict({key: torch.as_tensor(value) for key, value in state_dict.items()})
     return torch.jit.script(serving_module(workflow, net))
 
 

@@ -40,6 +40,7 @@ from ml_contract.workflows import Training
 from spark_jobs.training.policy import COMPLETED, EpochMonitor, rate_factor
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from spark_jobs.training.collectives import Collective
@@ -199,9 +200,10 @@ def train_rank(
     Returns the rank's row count, the per-epoch history (identical on every rank: it is
     all-reduced), the best epoch (``best_epoch``, 0 when no epoch was usable), why training
     ended (``stop_reason``, with ``stop_notes``), the best epoch's weights (``state_dict``,
-    None when no epoch was usable) and its start-up ``timeline`` (wall-clock times: the
-    marks of ``started``, those the rank entry took before the collective was joined, then
-    ``rank_ready``, ``data_loaded`` and ``first_step``; see ``spark_jobs.train.TIMELINE``).
+    as numpy arrays, :func:`weights_as_arrays`; None when no epoch was usable) and its
+    start-up ``timeline`` (wall-clock times: the marks of ``started``, those the rank entry
+    took before the collective was joined, then ``rank_ready``, ``data_loaded`` and
+    ``first_step``; see ``spark_jobs.train.TIMELINE``).
     Every rank returns the weights, which are equal after synchronous updates (checked),
     because TorchDistributor keeps the output of whichever process of its first task
     finishes last, not necessarily rank 0's.
@@ -345,8 +347,17 @@ def train_rank(
         "stop_notes": list(monitor.notes),
         "timeline": timeline,
         "cores": sorted(os.sched_getaffinity(0)),  # the CPU cores this rank ran on
-        "state_dict": None if best_state is None else {k: v.detach().cpu() for k, v in net.state_dict().items()},
+        "state_dict": None if best_state is None else weights_as_arrays(net),
     }
+
+
+def weights_as_arrays(net: torch.nn.Module) -> dict[str, np.ndarray]:
+    """``net``'s weights as numpy arrays, by state-dict key: a rank's result is unpickled by
+    Horovod's task service in its Spark task, and torch tensors there would import torch
+    into that PySpark worker, which needs nothing of it (2-5 CPU s a task: half the
+    training job's PySpark CPU in a ``make demo``). ``load_state_dict`` takes them back
+    through ``torch.as_tensor`` (:func:`spark_jobs.serving.scripted_serving`)."""
+    return {key: tensor.detach().cpu().numpy().copy() for key, tensor in net.state_dict().items()}
 
 
 def weights_checksum(net: torch.nn.Module) -> float:
