@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -54,8 +55,19 @@ def clipped_step(optimizer: Any, parameters: list[torch.nn.Parameter], max_norm:
     optimizer.step()
 
 
+# How often a Horovod rank looks whether a collective operation it waits for is done.
+HOROVOD_POLL_S = 0.0002
+
+
 class HorovodCollective:
-    """Horovod: broadcast parameters and optimizer state, ``hvd.DistributedOptimizer``."""
+    """Horovod: broadcast parameters and optimizer state, ``hvd.DistributedOptimizer``.
+
+    Every wait for a collective operation sleeps between polls (:meth:`wait`): Horovod
+    0.28's own blocking wait (``synchronize``, which ``hvd.allreduce`` and the optimizer's
+    step call) spins on ``std::this_thread::yield()``, so a rank that waits for a slower one
+    burns a core meanwhile, on a small machine the very core the slower rank needs (a quarter
+    of the Horovod ranks' CPU in a ``make demo``).
+    """
 
     def __init__(self) -> None:
         import horovod.torch as hvd
@@ -64,25 +76,46 @@ class HorovodCollective:
         self._hvd = hvd
         self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
 
+    def wait(self, handle: int) -> Any:
+        """The result of the asynchronous operation ``handle``, polled with sleeps in
+        between: ``synchronize`` returns at once after ``poll`` said it was done."""
+        while not self._hvd.poll(handle):
+            time.sleep(HOROVOD_POLL_S)
+        return self._hvd.synchronize(handle)
+
     def allreduce_sum(self, values: list[float]) -> list[float]:
         import torch
 
         tensor = torch.tensor(values, dtype=torch.float64)
-        return self._hvd.allreduce(tensor, op=self._hvd.Sum).tolist()
+        return self.wait(self._hvd.allreduce_async(tensor, op=self._hvd.Sum)).tolist()
 
     def allreduce_min(self, value: int) -> int:
         import torch
 
-        return int(self._hvd.allreduce(torch.tensor(value), op=self._hvd.Min))
+        return int(self.wait(self._hvd.allreduce_async(torch.tensor(value), op=self._hvd.Min)))
 
     def distribute(self, model, optimizer):
-        self._hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        # hvd.broadcast_parameters, with the quiet wait: every tensor's broadcast started, then awaited.
+        handles = [
+            self._hvd.broadcast_async_(tensor, root_rank=0, name=name) for name, tensor in model.state_dict().items()
+        ]
+        for handle in handles:
+            self.wait(handle)
         self._hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, self._hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+    def wait_for_gradients(self, optimizer) -> None:
+        """Wait quietly for the gradient averages that backward started (the hooks of
+        ``hvd.DistributedOptimizer``), so that its ``synchronize`` finds them done."""
+        for handle, _ in list(optimizer._handles.values()):
+            if isinstance(handle, int):
+                while not self._hvd.poll(handle):
+                    time.sleep(HOROVOD_POLL_S)
 
     def step(self, optimizer, parameters, max_norm):
         """Horovod averages gradients asynchronously: clipping must wait for the averages
         (``synchronize``), then step without averaging again (Horovod's documented recipe)."""
+        self.wait_for_gradients(optimizer)
         if max_norm <= 0:
             optimizer.step()
             return
