@@ -76,11 +76,15 @@ class HorovodCollective:
         self._hvd = hvd
         self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
 
-    def wait(self, handle: int) -> Any:
-        """The result of the asynchronous operation ``handle``, polled with sleeps in
-        between: ``synchronize`` returns at once after ``poll`` said it was done."""
+    def _until_done(self, handle: int) -> None:
+        """Return once the asynchronous operation ``handle`` is done, polled with sleeps in between."""
         while not self._hvd.poll(handle):
             time.sleep(HOROVOD_POLL_S)
+
+    def wait(self, handle: int) -> Any:
+        """The result of the asynchronous operation ``handle``: ``synchronize`` returns at
+        once after ``poll`` said it was done."""
+        self._until_done(handle)
         return self._hvd.synchronize(handle)
 
     def allreduce_sum(self, values: list[float]) -> list[float]:
@@ -109,8 +113,7 @@ class HorovodCollective:
         ``hvd.DistributedOptimizer``), so that its ``synchronize`` finds them done."""
         for handle, _ in list(optimizer._handles.values()):
             if isinstance(handle, int):
-                while not self._hvd.poll(handle):
-                    time.sleep(HOROVOD_POLL_S)
+                self._until_done(handle)
 
     def step(self, optimizer, parameters, max_norm):
         """Horovod averages gradients asynchronously: clipping must wait for the averages
