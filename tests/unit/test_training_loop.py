@@ -66,9 +66,20 @@ def train_on_ranks(config, shards: dict[str, list[str]], out: Path) -> list[dict
 
     from local_stack import free_port
 
-    mp.spawn(
-        _rank, args=(free_port(), asdict(config), shards["train"], shards["val"], str(out)), nprocs=RANKS, join=True
-    )
+    for attempt in range(3):
+        # free_port's port can be taken by another process before rank 0's store binds it
+        # (seen beside a Spark job on a fresh clone): a new port then, not a failed test.
+        try:
+            mp.spawn(
+                _rank,
+                args=(free_port(), asdict(config), shards["train"], shards["val"], str(out)),
+                nprocs=RANKS,
+                join=True,
+            )
+            break
+        except mp.ProcessRaisedException as err:
+            if "EADDRINUSE" not in str(err) or attempt == 2:
+                raise
     return [torch.load(f"{out}.{rank}", weights_only=False) for rank in range(RANKS)]
 
 
