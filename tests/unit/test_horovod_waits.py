@@ -40,8 +40,25 @@ def test_wait_sleeps_between_polls_and_synchronizes_only_a_finished_operation(mo
     monkeypatch.setattr(time, "sleep", sleeps.append)
     hvd = RecordingHorovod(pending=5)
     assert collective_on(hvd).wait(7) == "result 7"
-    assert hvd.polls == {7: 6} and sleeps == [collectives.HOROVOD_POLL_S] * 5
+    assert hvd.polls == {7: 6} and len(sleeps) == 5
     assert hvd.synchronized == [(7, True)]
+
+
+def test_the_sleeps_between_polls_grow_to_a_bound_and_start_short_for_each_operation(monkeypatch):
+    """A long wait polls at most every HOROVOD_POLL_MAX_S; the next operation's first poll
+    comes after HOROVOD_POLL_S again, not after the last wait's longest sleep."""
+    sleeps: list[float] = []
+    monkeypatch.setattr(time, "sleep", sleeps.append)
+    hvd = RecordingHorovod(pending=8)
+    collective = collective_on(hvd)
+    collective.wait(1)
+    first, short, longest = sleeps[:], collectives.HOROVOD_POLL_S, collectives.HOROVOD_POLL_MAX_S
+    assert first[0] == short and first[-1] == longest and max(first) == longest
+    assert all(later >= earlier for earlier, later in zip(first, first[1:], strict=False))
+    assert first[:3] == [short, 2 * short, 4 * short]
+    sleeps.clear()
+    collective.wait(2)
+    assert sleeps == first
 
 
 def test_a_step_waits_for_every_pending_gradient_before_the_optimizer_synchronizes(monkeypatch):
