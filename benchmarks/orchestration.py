@@ -29,6 +29,8 @@ from local_stack import VENV_BIN, LocalStack
 # The nightly's held-out accuracy on the sample data must stay at or above this (a faster
 # nightly may not buy its speed with a worse model).
 NIGHTLY_ACCURACY = 0.95
+# The nightly DAG at its default 5,000 rows (``airflow dags test``, the whole run) at or under this.
+NIGHTLY_TARGET_S = 60.0
 
 MINIMAL_DAG = '''"""A minimal DAG: the parse-time floor."""
 from airflow.providers.standard.operators.empty import EmptyOperator
@@ -217,7 +219,11 @@ class OrchestrationBench(Benchmark):
             Ratio("spark_overhead_sum", "spark_task_sum", "step overhead / Spark task time"),
         ]
         if dag_id.endswith("_nightly_retrain"):
-            r.targets.append(Target("nightly DAG (airflow dags test) <= 90 s", "dag_wall", "<=", 90.0))
+            r.targets.append(
+                Target(
+                    f"nightly DAG (airflow dags test) <= {NIGHTLY_TARGET_S:.0f} s", "dag_wall", "<=", NIGHTLY_TARGET_S
+                )
+            )
             self.nightly_metric(dag_id.removesuffix("_nightly_retrain"), started_wall)
         r.settings.update(
             {
